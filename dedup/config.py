@@ -1,0 +1,246 @@
+"""Configuration of the dedup operator, as frozen dataclasses.
+
+Every value is checked once, in ``__post_init__``, so a bad setting fails on
+the driver when the pipeline is built, not later on an executor. All classes
+are plain picklable values: they are shipped to Spark's Python workers.
+Secrets (a Redis password in the URL) are never shown by ``repr``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from dedup.exceptions import ConfigError
+
+APP_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+MAX_SHARDS = 4096
+
+
+def validate_app_id(app_id: object) -> str:
+    """Return ``app_id`` if it is a valid app id, else raise :class:`ConfigError`."""
+    if not isinstance(app_id, str) or not app_id:
+        raise ConfigError(
+            "app_id is required: a stable name for this pipeline, unique among pipelines "
+            "(every Redis key and Kafka transactional id is derived from it)"
+        )
+    if not APP_ID_PATTERN.match(app_id):
+        raise ConfigError(
+            f"app_id {app_id!r} is invalid: use 1-100 characters of letters, digits, "
+            "'.', '_' or '-', starting with a letter or digit"
+        )
+    return app_id
+
+
+def redact_url(url: str) -> str:
+    """``redis://user:secret@host`` -> ``redis://user:***@host``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    """How to reach the Redis that holds the ID catalog.
+
+    Parameters
+    ----------
+    url:
+        ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL; a password in it
+        is passed through and never logged.
+    socket_timeout, connect_timeout:
+        Seconds before a call is given up; the batch then fails (fail closed).
+    require_persistence:
+        Refuse a Redis with the append-only file off: a restart would forget
+        claimed IDs and let duplicates through. Set False only for throwaway
+        pipelines.
+    options:
+        Extra keyword arguments for ``redis.Redis.from_url`` (``ssl_ca_certs``,
+        ``username``, ...), passed through unchanged.
+    """
+
+    url: str = "redis://127.0.0.1:6379/0"
+    socket_timeout: float = 10.0
+    connect_timeout: float = 5.0
+    require_persistence: bool = True
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        scheme = urlsplit(self.url).scheme
+        if scheme not in {"redis", "rediss", "unix"}:
+            raise ConfigError(
+                f"redis url {redact_url(self.url)!r} must start with redis://, rediss:// "
+                "or unix://"
+            )
+        if self.socket_timeout <= 0 or self.connect_timeout <= 0:
+            raise ConfigError("redis socket_timeout and connect_timeout must be > 0 seconds")
+        object.__setattr__(self, "options", dict(self.options))
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisConfig(url={redact_url(self.url)!r}, socket_timeout={self.socket_timeout}, "
+            f"require_persistence={self.require_persistence}, options=<{len(self.options)} keys>)"
+        )
+
+    def client(self) -> Any:
+        """A new ``redis.Redis`` client (connections open lazily)."""
+        import redis
+
+        return redis.Redis.from_url(
+            self.url,
+            socket_timeout=self.socket_timeout,
+            socket_connect_timeout=self.connect_timeout,
+            **dict(self.options),
+        )
+
+
+@dataclass(frozen=True)
+class BloomConfig:
+    """The per-shard Bloom filter in front of the catalog (the fast path).
+
+    A Bloom hit never decides a duplicate; it only sends the ID to Redis. A
+    higher ``error_rate`` costs catalog lookups, never records.
+
+    Parameters
+    ----------
+    enabled:
+        False sends every ID to the catalog (the "no Bloom filter" variant).
+    capacity:
+        Expected number of IDs per shard within the retention horizon. When a
+        filter fills up it is rebuilt with twice the capacity.
+    error_rate:
+        Target false-positive rate, 0 < error_rate < 1.
+    """
+
+    enabled: bool = True
+    capacity: int = 1_000_000
+    error_rate: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.error_rate < 1.0:
+            raise ConfigError(f"bloom error_rate must be in (0, 1), not {self.error_rate}")
+        if self.capacity < 1:
+            raise ConfigError(f"bloom capacity must be >= 1, not {self.capacity}")
+
+
+class LatePolicy(str, Enum):
+    """What happens to a record whose event time is older than the horizon.
+
+    Its ID may already have expired from the catalog, so the catalog cannot
+    tell whether it is a duplicate. Either way the record is counted.
+    """
+
+    DROP = "drop"
+    """Drop it (counted as ``late_dropped``): no duplicate, possible loss of a late original."""
+    PASS = "pass"
+    """Check it against what the catalog still holds and keep it if absent
+    (counted as ``late_passed``): no loss, possible duplicate of an expired ID."""
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """How long the catalog remembers an ID (Dataflow-style time buckets).
+
+    IDs are written to a bucket per ``bucket_seconds`` of claim time; a bucket
+    key expires ``horizon_seconds`` after it closes. A duplicate arriving
+    later than the horizon after its original is not caught.
+
+    Parameters
+    ----------
+    horizon_seconds:
+        Minimum time an ID is remembered.
+    bucket_seconds:
+        Bucket width; the catalog checks ``ceil(horizon / bucket) + 1`` buckets.
+    event_time_column:
+        Optional timestamp column; records older than ``now - horizon`` follow
+        ``late_policy``. Without it, no record is considered late.
+    late_policy:
+        :class:`LatePolicy` for such records.
+    """
+
+    horizon_seconds: int = 7 * 24 * 3600
+    bucket_seconds: int = 24 * 3600
+    event_time_column: str | None = None
+    late_policy: LatePolicy = LatePolicy.DROP
+
+    def __post_init__(self) -> None:
+        if self.bucket_seconds < 1 or self.horizon_seconds < self.bucket_seconds:
+            raise ConfigError(
+                "retention needs bucket_seconds >= 1 and horizon_seconds >= bucket_seconds "
+                f"(got horizon {self.horizon_seconds}, bucket {self.bucket_seconds})"
+            )
+        if -(-self.horizon_seconds // self.bucket_seconds) > 400:
+            raise ConfigError(
+                "retention horizon_seconds / bucket_seconds must be <= 400 buckets: "
+                "use wider buckets"
+            )
+        try:
+            object.__setattr__(self, "late_policy", LatePolicy(self.late_policy))
+        except ValueError as exc:
+            raise ConfigError(
+                f"late_policy must be 'drop' or 'pass', not {self.late_policy!r}"
+            ) from exc
+
+    @property
+    def live_buckets(self) -> int:
+        """How many buckets a lookup checks."""
+        return -(-self.horizon_seconds // self.bucket_seconds) + 1
+
+
+@dataclass(frozen=True)
+class FailPointConfig:
+    """Where armed fail-points are looked up (tests and the chaos runner only).
+
+    ``None`` (the default) turns fail-points off; a check is then one
+    attribute test. See :mod:`dedup.failpoints`.
+    """
+
+    directory: str | None = None
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Everything the dedup operator needs.
+
+    Parameters
+    ----------
+    app_id:
+        Stable, unique name of the pipeline; every Redis key derives from it.
+        Two pipelines must never share one.
+    redis:
+        :class:`RedisConfig` of the ID catalog.
+    id_column:
+        Column holding the record ID (see :func:`dedup.with_record_id`).
+    num_shards:
+        Shards of the catalog. Fixed per app id: it is recorded in Redis on
+        first use and a different value is refused.
+    bloom, retention, fail_points:
+        See :class:`BloomConfig`, :class:`RetentionConfig`,
+        :class:`FailPointConfig`.
+    allow_shared_app_id:
+        Skip the check that no other live query uses this app id.
+    """
+
+    app_id: str
+    redis: RedisConfig = field(default_factory=RedisConfig)
+    id_column: str = "_record_id"
+    num_shards: int = 8
+    bloom: BloomConfig = field(default_factory=BloomConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    fail_points: FailPointConfig = field(default_factory=FailPointConfig)
+    allow_shared_app_id: bool = False
+
+    def __post_init__(self) -> None:
+        validate_app_id(self.app_id)
+        if not isinstance(self.num_shards, int) or not 1 <= self.num_shards <= MAX_SHARDS:
+            raise ConfigError(f"num_shards must be an integer in 1..{MAX_SHARDS}, not "
+                              f"{self.num_shards!r}")
+        if not self.id_column:
+            raise ConfigError("id_column must name the record ID column")

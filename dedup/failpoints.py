@@ -1,0 +1,113 @@
+"""Fail-points: crash the pipeline at a named place, once, on purpose.
+
+A fail-point is armed by writing a file ``<directory>/<name>.armed`` holding
+JSON ``{"action": "raise" | "kill" | "sleep", "seconds": 5, "match": {...}}``.
+``match`` restricts it to a context (``{"batch": 2, "partition": 0}``). The
+first process that reaches the point with a matching context renames the file
+to ``<name>.fired-<pid>`` (atomic, so exactly one process fires it) and then
+acts: ``raise`` raises :class:`InjectedFault`, ``kill`` sends SIGKILL to its
+own process (a Python worker or the driver), ``sleep`` stalls. The fired file
+is the proof that the fault hit.
+
+The directory comes from :class:`dedup.config.FailPointConfig` or, failing
+that, from the ``DEDUP_FAILPOINT_DIR`` environment variable. When neither is
+set a check costs one attribute test.
+
+Names used by the toolkit:
+
+``dedup.after_claim``
+    After the catalog claim of a (batch, shard) and before its rows are returned.
+``sink.after_checkpoint``
+    After a partition's rows were checkpointed and before producing.
+``sink.mid_produce``
+    After half of a partition's records were produced, inside the transaction.
+``sink.before_commit``
+    After producing and the marker, before ``commit_transaction``.
+``sink.after_commit``
+    After the Kafka commit, before the task returns (so before Spark's commit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from dedup.exceptions import DedupError
+
+KNOWN_FAIL_POINTS = (
+    "dedup.after_claim",
+    "sink.after_checkpoint",
+    "sink.mid_produce",
+    "sink.before_commit",
+    "sink.after_commit",
+)
+
+
+class InjectedFault(DedupError, RuntimeError):
+    """Raised by an armed fail-point with action ``raise``."""
+
+    _retriable = True
+
+
+def fail_point(name: str, directory: str | None = None, **context: Any) -> None:
+    """Fire the fail-point ``name`` if it is armed and its match fits ``context``."""
+    folder = directory or os.environ.get("DEDUP_FAILPOINT_DIR")
+    if not folder:
+        return
+    armed = Path(folder) / f"{name}.armed"
+    try:
+        spec = json.loads(armed.read_text())
+    except (FileNotFoundError, ValueError):
+        return
+    match = spec.get("match") or {}
+    if any(str(context.get(key)) != str(value) for key, value in match.items()):
+        return
+    fired = Path(folder) / f"{name}.fired-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.rename(armed, fired)
+    except FileNotFoundError:
+        return  # another process fired it first
+    fired.write_text(json.dumps({**spec, "context": {k: str(v) for k, v in context.items()},
+                                 "pid": os.getpid(), "time": time.time()}))
+    action = spec.get("action", "raise")
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "sleep":
+        time.sleep(float(spec.get("seconds", 5)))
+    else:
+        raise InjectedFault(f"injected fault at fail-point {name} ({context})")
+
+
+def arm(directory: str | Path, name: str, action: str = "raise",
+        match: dict[str, Any] | None = None, seconds: float | None = None) -> Path:
+    """Arm ``name`` in ``directory``; returns the armed file. For tests and chaos runs."""
+    if name not in KNOWN_FAIL_POINTS:
+        raise ValueError(f"unknown fail-point {name!r}; known: {', '.join(KNOWN_FAIL_POINTS)}")
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    spec: dict[str, Any] = {"action": action, "match": match or {}}
+    if seconds is not None:
+        spec["seconds"] = seconds
+    path = folder / f"{name}.armed"
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text(json.dumps(spec))
+    os.replace(tmp, path)
+    return path
+
+
+def fired(directory: str | Path, name: str | None = None) -> list[dict[str, Any]]:
+    """The fail-points that fired in ``directory`` (all, or those named ``name``)."""
+    pattern = f"{name}.fired-*" if name else "*.fired-*"
+    out = []
+    for path in sorted(Path(directory).glob(pattern)):
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            data = {}  # the firing process died between rename and write: still a hit
+        data["name"] = path.name.split(".fired-")[0]
+        out.append(data)
+    return out

@@ -1,0 +1,138 @@
+"""Small Kafka helpers shared by the sink, the verifier, the CLI and the tests."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from dedup.exceptions import DedupError
+
+
+class KafkaUnavailableError(DedupError, ConnectionError):
+    """The Kafka cluster could not be reached or refused an admin call."""
+
+    _retriable = True
+
+
+@dataclass(frozen=True)
+class ConsumedRecord:
+    """One record as a consumer saw it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+    def header(self, name: str) -> bytes | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int = 1,
+                 config: dict[str, str] | None = None, timeout: float = 30.0,
+                 client_config: dict[str, Any] | None = None) -> None:
+    """Create ``topic`` if it does not exist. Safe to repeat."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})
+    try:
+        if topic in admin.list_topics(timeout=timeout).topics:
+            return
+        futures = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                      config=config or {})],
+            operation_timeout=timeout,
+        )
+        for future in futures.values():
+            try:
+                future.result(timeout)
+            except KafkaException as exc:
+                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise
+    except KafkaException as exc:
+        raise KafkaUnavailableError(
+            f"could not create Kafka topic {topic!r} on {bootstrap}: {exc}; "
+            "check kafka.bootstrap.servers and that the broker is up"
+        ) from exc
+    # Metadata propagates asynchronously; wait until the topic is visible.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if topic in admin.list_topics(topic=topic, timeout=timeout).topics:
+            return
+        time.sleep(0.1)
+
+
+def consume_all(bootstrap: str, topic: str, isolation_level: str = "read_committed",
+                idle_timeout: float = 3.0, max_wait: float = 60.0,
+                client_config: dict[str, Any] | None = None) -> list[ConsumedRecord]:
+    """Read every record of ``topic`` from the beginning up to its end.
+
+    Stops when every partition reached the end offset it had when the read
+    started (for ``read_committed``, the last stable offset) and no record
+    arrived for ``idle_timeout`` seconds, or after ``max_wait``. No group
+    offsets are committed. Safe to repeat.
+    """
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"dedup-reader-{time.monotonic_ns()}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": isolation_level,
+        "enable.partition.eof": True,
+        **(client_config or {}),
+    })
+    records: list[ConsumedRecord] = []
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        if topic not in metadata.topics or metadata.topics[topic].error is not None:
+            return records
+        partitions = sorted(metadata.topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        at_eof: set[int] = set()
+        deadline = time.monotonic() + max_wait
+        last_progress = time.monotonic()
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                if len(at_eof) == len(partitions) and \
+                        time.monotonic() - last_progress > min(idle_timeout, 0.5):
+                    break
+                if time.monotonic() - last_progress > idle_timeout:
+                    break
+                continue
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_eof.add(int(msg.partition() or 0))
+                    continue
+                raise KafkaUnavailableError(f"reading {topic!r} failed: {error}")
+            last_progress = time.monotonic()
+            at_eof.discard(int(msg.partition() or 0))
+            records.append(ConsumedRecord(
+                topic=str(msg.topic()), partition=int(msg.partition() or 0),
+                offset=int(msg.offset() or 0),
+                key=_as_bytes(msg.key()), value=_as_bytes(msg.value()),
+                headers=_headers(msg.headers()),
+            ))
+    finally:
+        consumer.close()
+    return records
+
+
+def _as_bytes(data: str | bytes | None) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    return data.encode()
+
+
+def _headers(raw: object) -> tuple[tuple[str, bytes | None], ...]:
+    if not raw:
+        return ()
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return tuple((str(k), _as_bytes(v)) for k, v in pairs)  # type: ignore[attr-defined]

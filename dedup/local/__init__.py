@@ -1,0 +1,15 @@
+"""Local services for the demo, the CLI, the tests and the benchmarks."""
+
+from dedup.local.paths import kafka_broker_jars, repo_root, spark_kafka_connector_jars
+from dedup.local.services import KafkaBroker, RedisServer, free_port
+from dedup.local.spark import local_spark_session
+
+__all__ = [
+    "KafkaBroker",
+    "RedisServer",
+    "free_port",
+    "kafka_broker_jars",
+    "local_spark_session",
+    "repo_root",
+    "spark_kafka_connector_jars",
+]

@@ -1,0 +1,397 @@
+"""Start, health-check and stop the local services the toolkit runs against.
+
+One manager serves the demo, the CLI, the tests and the benchmarks:
+
+* :class:`RedisServer` runs Debian's ``redis-server`` on a free loopback port
+  with its own data folder, AOF on or off;
+* :class:`KafkaBroker` runs a single-node Apache Kafka broker in KRaft mode
+  from the jars that ``dedup/local/setup.sh`` fetched, formatted with
+  ``kafka.tools.StorageTool`` and started with ``kafka.Kafka``.
+
+Both are ready only when a real client call succeeds (``PING``; an AdminClient
+metadata call and ``init_transactions()``). ``stop()`` sends SIGTERM, then
+SIGKILL after a timeout. ``kill()`` is the kill -9 that crash tests need, and
+``start()`` after it restarts the service on the same port and data folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dedup.exceptions import ServiceError
+from dedup.local.paths import kafka_broker_jars, require_program
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the Python process that
+    # started the service dies (even by SIGKILL), the kernel kills the service,
+    # so a crashed test run leaves no redis-server or java behind.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()
+
+
+def _wait_until(check: Callable[[], bool], timeout: float, what: str, proc: _Process) -> None:
+    deadline = time.monotonic() + timeout
+    last_error = "none"
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise ServiceError(
+                f"{what} exited with code {proc.returncode()} while starting; "
+                f"see {proc.log_path}:\n{proc.tail_log()}"
+            )
+        try:
+            if check():
+                return
+        except Exception as exc:
+            # Keep the text only: the traceback would pin the probe client alive.
+            last_error = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.2)
+    raise ServiceError(
+        f"{what} not ready after {timeout:.0f} s (last error: {last_error}); "
+        f"see {proc.log_path}:\n{proc.tail_log()}"
+    )
+
+
+class _Process:
+    """A child process with its log file; stopped with SIGTERM then SIGKILL."""
+
+    def __init__(self, argv: list[str], log_path: Path, die_with_parent: bool,
+                 env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=_die_with_parent if die_with_parent else os.setsid,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def tail_log(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.popen.pid, sig)
+
+    def stop(self, timeout: float) -> None:
+        if not self.alive():
+            return
+        self.signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.popen.wait(10)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(10)
+
+
+class RedisServer:
+    """A ``redis-server`` on 127.0.0.1 with its own data folder.
+
+    Parameters
+    ----------
+    data_dir:
+        Folder for the AOF / RDB files and the log. Reused across restarts.
+    port:
+        Port to listen on; a free one is chosen when omitted.
+    appendonly:
+        Turn the append-only file on (durability across a kill -9).
+    appendfsync:
+        ``always`` (no acknowledged write is lost) or ``everysec`` (up to about
+        one second of writes may be lost on a crash of the machine or process).
+    die_with_parent:
+        Kill the server when the starting Python process dies (tests), or let
+        it outlive it (``dedup services up``).
+    """
+
+    def __init__(self, data_dir: Path, port: int | None = None, appendonly: bool = True,
+                 appendfsync: str = "always", die_with_parent: bool = True) -> None:
+        if appendfsync not in {"always", "everysec", "no"}:
+            raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.appendfsync = appendfsync
+        self.die_with_parent = die_with_parent
+        self._proc: _Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self, timeout: float = 20.0) -> RedisServer:
+        """Start the server (again) and wait for ``PING``. Safe to call when running."""
+        if self._proc and self._proc.alive():
+            return self
+        binary = require_program(
+            "redis-server", "install Debian's package: apt-get install redis-server"
+        )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.data_dir), "--daemonize", "no", "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", self.appendfsync, "--protected-mode", "yes",
+            "--logfile", "", "--loglevel", "warning",
+        ]
+        self._proc = _Process(argv, self.data_dir / "redis.log", self.die_with_parent)
+        _wait_until(self.ping, timeout, f"redis-server on port {self.port}", self._proc)
+        return self
+
+    def ping(self) -> bool:
+        import redis
+
+        client = redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+
+    def alive(self) -> bool:
+        return bool(self._proc and self._proc.alive())
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (Redis flushes its AOF), then SIGKILL after ``timeout``."""
+        if self._proc:
+            self._proc.stop(timeout)
+
+    def kill(self) -> None:
+        """kill -9, for crash tests. ``start()`` restarts on the same port and data."""
+        if self._proc:
+            self._proc.kill()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def kafka_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+_LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.stdout.ref = STDOUT
+"""
+
+
+class KafkaBroker:
+    """A single-node Apache Kafka broker in KRaft mode on 127.0.0.1.
+
+    Transactions work on one node because the transaction state log and the
+    offsets topic are created with replication factor 1 and ``min.isr`` 1.
+    The heap and the log cleaner's dedupe buffer are kept small so the broker
+    fits beside Spark on a 2-core machine.
+
+    Parameters
+    ----------
+    data_dir:
+        Folder for the log segments, the KRaft metadata log and the broker log.
+    port, controller_port:
+        Listener ports; free ones are chosen when omitted.
+    heap_mb:
+        JVM heap (``-Xmx``), 256-512 MB is plenty for tests.
+    overrides:
+        Extra ``server.properties`` entries (for example
+        ``{"transaction.max.timeout.ms": "60000"}``).
+    """
+
+    def __init__(self, data_dir: Path, port: int | None = None,
+                 controller_port: int | None = None, heap_mb: int = 384,
+                 overrides: dict[str, str] | None = None, die_with_parent: bool = True,
+                 log_level: str = "WARN") -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.controller_port = controller_port or free_port()
+        self.heap_mb = heap_mb
+        self.overrides = dict(overrides or {})
+        self.die_with_parent = die_with_parent
+        self.log_level = log_level
+        self._proc: _Process | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def server_properties(self) -> dict[str, str]:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
+                         f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir / "logs"),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "true",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0",
+            "log.cleaner.dedupe.buffer.size": str(2 * 1024 * 1024),
+            "log.cleaner.threads": "1",
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "log.flush.interval.messages": "9223372036854775807",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+        }
+        props.update(self.overrides)
+        return props
+
+    def _java(self, main_class: str, *args: str) -> list[str]:
+        java = require_program("java", "install a JDK 17: apt-get install openjdk-17-jdk-headless")
+        jars = kafka_broker_jars()
+        return [
+            java, f"-Xms{min(self.heap_mb, 256)}m", f"-Xmx{self.heap_mb}m",
+            "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-cp", f"{jars}/*", main_class, *args,
+        ]
+
+    def _format_if_needed(self) -> None:
+        props_path = self.data_dir / "server.properties"
+        props_path.write_text(
+            "".join(f"{key}={value}\n" for key, value in self.server_properties().items())
+        )
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(level=self.log_level))
+        if (self.data_dir / "logs" / "meta.properties").exists():
+            return
+        result = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "-t", kafka_cluster_id(),
+                       "-c", str(props_path), "--ignore-formatted"),
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        if result.returncode != 0:
+            raise ServiceError(
+                f"kafka.tools.StorageTool format failed ({result.returncode}): "
+                f"{result.stderr.strip() or result.stdout.strip()}"
+            )
+
+    def start(self, timeout: float = 90.0) -> KafkaBroker:
+        """Format storage on first use, start ``kafka.Kafka``, wait until ready.
+
+        Ready means an AdminClient metadata call and ``init_transactions()`` of
+        a probe producer both succeeded, so transactional tests can start at
+        once. Safe to call when already running.
+        """
+        if self._proc and self._proc.alive():
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._format_if_needed()
+        self._proc = _Process(
+            self._java("kafka.Kafka", str(self.data_dir / "server.properties")),
+            self.data_dir / "broker.log", self.die_with_parent,
+        )
+        _wait_until(self._admin_ready, timeout, f"Kafka broker on port {self.port}", self._proc)
+        _wait_until(self._transactions_ready, timeout,
+                    f"Kafka transactions on port {self.port}", self._proc)
+        return self
+
+    def _admin_ready(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        metadata = admin.list_topics(timeout=2)
+        return bool(metadata.brokers)
+
+    def _transactions_ready(self) -> bool:
+        from confluent_kafka import Producer
+
+        producer = Producer({
+            "bootstrap.servers": self.bootstrap_servers,
+            "transactional.id": "dedup-local-readiness-probe",
+            "transaction.timeout.ms": 10000,
+            "log_level": 0,
+        })
+        try:
+            producer.init_transactions(10)
+            return True
+        finally:
+            producer.flush(1)
+
+    def alive(self) -> bool:
+        return bool(self._proc and self._proc.alive())
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (controlled shutdown), then SIGKILL after ``timeout``."""
+        if self._proc:
+            self._proc.stop(timeout)
+
+    def kill(self) -> None:
+        """kill -9, for crash tests. ``start()`` restarts on the same ports and data."""
+        if self._proc:
+            self._proc.kill()
+
+    def signal(self, sig: int) -> None:
+        """Send a signal to the broker (SIGSTOP / SIGCONT for stall tests)."""
+        if self._proc:
+            self._proc.signal(sig)
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One-step set-up for a fresh Debian machine (run as root or with sudo rights):
+#   * a virtual environment in .venv with this project installed (editable, [dev]);
+#   * Debian's redis-server when it is missing;
+#   * the Kafka broker jars and Spark's Kafka connector jars, from Maven Central,
+#     into .cache/jars/{kafka-broker,spark-kafka-<pyspark version>}.
+# Idempotent: each step leaves a stamp and is skipped when its inputs did not change.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+cache="$repo/.cache"
+venv="$repo/.venv"
+quiet="${DEDUP_SETUP_QUIET:-}"
+mkdir -p "$cache/stamps"
+
+say() { [ -n "$quiet" ] || echo "[setup] $*" >&2; }
+die() { echo "[setup] error: $*" >&2; exit 1; }
+need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: $2"; }
+
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+# --- system packages -------------------------------------------------------
+need python3 "install Python 3.11 (apt-get install python3 python3-venv)"
+need java "install a JDK 17 (apt-get install openjdk-17-jdk-headless)"
+need mvn "install Maven (apt-get install maven)"
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian's redis-server"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  else
+    die "redis-server not found: run 'apt-get install redis-server' as root"
+  fi
+fi
+# Debian's package may start a system-wide server; our tools start their own.
+if command -v service >/dev/null 2>&1 && pgrep -f '/usr/bin/redis-server 127.0.0.1:6379' >/dev/null 2>&1; then
+  service redis-server stop >/dev/null 2>&1 || true
+fi
+
+# --- Python virtual environment ---------------------------------------------
+py_stamp="$cache/stamps/venv-$(hash_of pyproject.toml)"
+if [ ! -x "$venv/bin/python" ] || [ ! -f "$py_stamp" ]; then
+  say "creating virtual environment and installing the project (about a minute on a fresh machine)"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
+  rm -f "$cache"/stamps/venv-*
+  touch "$py_stamp"
+fi
+
+# --- jars from Maven Central ------------------------------------------------
+pom="$repo/dedup/local/pom.xml"
+spark_version="$("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)')"
+mvn_fetch() {  # profile, output dir, extra args...
+  local profile="$1" out="$2"; shift 2
+  local stamp="$out/.complete-$(hash_of "$pom")"
+  if [ ! -f "$stamp" ]; then
+    say "fetching $profile jars into ${out#$repo/} with mvn"
+    rm -rf "$out"; mkdir -p "$out"
+    if ! mvn -q -B -U -s "$repo/dedup/local/maven-settings.xml" -f "$pom" -P "$profile" "$@" dependency:copy-dependencies \
+         -DoutputDirectory="$out" >"$cache/mvn-$profile.log" 2>&1; then
+      tail -20 "$cache/mvn-$profile.log" >&2
+      die "mvn could not fetch the $profile jars (log: $cache/mvn-$profile.log)"
+    fi
+    touch "$stamp"
+  fi
+}
+mvn_fetch broker "$cache/jars/kafka-broker"
+mvn_fetch connector "$cache/jars/spark-kafka-$spark_version" -Dspark.version="$spark_version"
+say "ready: venv=$venv spark=$spark_version"

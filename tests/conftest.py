@@ -1,0 +1,96 @@
+"""Session-scoped real services for the whole suite.
+
+Redis, Kafka and Spark are started once per pytest session, on free loopback
+ports, and only when a test asks for them. ``REDIS_URL`` and
+``KAFKA_BOOTSTRAP`` reuse services that are already running instead. The
+services die with pytest even when it is killed (PR_SET_PDEATHSIG), and are
+stopped in fixture teardown after failures and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dedup.local.services import KafkaBroker, RedisServer
+
+
+@pytest.fixture(scope="session")
+def services_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="dedup-test-services-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server(services_dir: Path) -> Iterator[RedisServer | None]:
+    """The session's redis-server (AOF on, fsync always), or None when REDIS_URL is set."""
+    if os.environ.get("REDIS_URL"):
+        yield None
+        return
+    server = RedisServer(services_dir / "redis", appendonly=True, appendfsync="always")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer | None) -> str:
+    return os.environ.get("REDIS_URL") or (redis_server.url if redis_server else "")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(services_dir: Path) -> Iterator[KafkaBroker | None]:
+    """The session's Kafka broker, or None when KAFKA_BOOTSTRAP is set."""
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        yield None
+        return
+    broker = KafkaBroker(services_dir / "kafka", heap_mb=384)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: KafkaBroker | None) -> str:
+    return os.environ.get("KAFKA_BOOTSTRAP") or (
+        kafka_broker.bootstrap_servers if kafka_broker else ""
+    )
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """A ``local[2,4]`` SparkSession with the Kafka connector, 4 shuffle partitions, no UI."""
+    from dedup.local.spark import local_spark_session
+
+    # local[2,4]: two threads, and a failed task is retried up to 4 times as on
+    # a cluster, so task-level crash recovery (replay of decisions and
+    # checkpoints) is exercised, not only query restarts.
+    session = local_spark_session("dedup-tests", master="local[2,4]", shuffle_partitions=4)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def app_id(request: pytest.FixtureRequest) -> str:
+    """A fresh app id per test, so keys, topics and transactional ids never collide."""
+    name = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:40].strip("-")
+    return f"t-{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def tmp_checkpoint(tmp_path: Path) -> str:
+    return str(tmp_path / "checkpoint")
