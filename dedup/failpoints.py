@@ -47,7 +47,7 @@ KNOWN_FAIL_POINTS = (
 )
 
 
-class InjectedFault(DedupError, RuntimeError):
+class InjectedFault(DedupError, RuntimeError):  # noqa: N818 - the name of the event, not a bug
     """Raised by an armed fail-point with action ``raise``."""
 
     _retriable = True

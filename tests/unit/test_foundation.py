@@ -1,0 +1,93 @@
+"""Config validation, fail-points and paths: the core skeleton, without processes."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+import dedup
+from dedup.config import (
+    BloomConfig,
+    DedupConfig,
+    FailPointConfig,
+    LatePolicy,
+    RedisConfig,
+    RetentionConfig,
+    redact_url,
+)
+from dedup.exceptions import ConfigError, DedupError
+from dedup.failpoints import InjectedFault, arm, fail_point, fired
+from dedup.local.paths import _artifact
+
+
+def test_version_is_single_source() -> None:
+    from dedup._version import __version__
+
+    assert dedup.__version__ == __version__
+
+
+@pytest.mark.parametrize("bad", ["", None, "has space", "-lead", "x" * 101, "ü"])
+def test_bad_app_id_is_refused_with_fix(bad: object) -> None:
+    with pytest.raises(ConfigError, match="app_id"):
+        DedupConfig(app_id=bad)  # type: ignore[arg-type]
+
+
+def test_config_errors_are_value_errors_and_dedup_errors() -> None:
+    with pytest.raises(ValueError):
+        BloomConfig(error_rate=1.5)
+    with pytest.raises(DedupError):
+        RetentionConfig(horizon_seconds=10, bucket_seconds=60)
+    with pytest.raises(ConfigError, match="num_shards"):
+        DedupConfig(app_id="a", num_shards=0)
+    with pytest.raises(ConfigError, match="late_policy"):
+        RetentionConfig(late_policy="keep")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="redis url"):
+        RedisConfig(url="http://localhost")
+
+
+def test_configs_are_frozen_and_picklable() -> None:
+    config = DedupConfig(app_id="orders", redis=RedisConfig(url="redis://:pw@h:1/0"))
+    assert pickle.loads(pickle.dumps(config)) == config
+    with pytest.raises(AttributeError):
+        config.app_id = "other"  # type: ignore[misc]
+    assert RetentionConfig(late_policy="pass").late_policy is LatePolicy.PASS  # type: ignore[arg-type]
+
+
+def test_secrets_are_not_shown() -> None:
+    config = RedisConfig(url="rediss://user:s3cret@host:6380/0")
+    assert "s3cret" not in repr(config)
+    assert "s3cret" not in repr(DedupConfig(app_id="a", redis=config))
+    assert redact_url("redis://u:p@h:1/0") == "redis://u:***@h:1/0"
+
+
+def test_live_bucket_count() -> None:
+    assert RetentionConfig(horizon_seconds=3600, bucket_seconds=600).live_buckets == 7
+
+
+def test_fail_point_off_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEDUP_FAILPOINT_DIR", raising=False)
+    fail_point("sink.before_commit", None, batch=1)
+    assert FailPointConfig().directory is None
+
+
+def test_fail_point_fires_once_and_only_on_match(tmp_path: Path) -> None:
+    arm(tmp_path, "sink.before_commit", "raise", match={"batch": 2})
+    fail_point("sink.before_commit", str(tmp_path), batch=1)  # no match: nothing
+    with pytest.raises(InjectedFault):
+        fail_point("sink.before_commit", str(tmp_path), batch=2)
+    fail_point("sink.before_commit", str(tmp_path), batch=2)  # already fired
+    hits = fired(tmp_path, "sink.before_commit")
+    assert len(hits) == 1
+    assert hits[0]["context"] == {"batch": "2"}
+
+
+def test_unknown_fail_point_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown fail-point"):
+        arm(tmp_path, "nowhere")
+
+
+def test_jar_artifact_names() -> None:
+    assert _artifact("kafka-clients-3.9.0.jar") == "kafka-clients"
+    assert _artifact("hadoop-client-api-3.4.1.jar") == "hadoop-client-api"
