@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -130,7 +130,7 @@ class BloomConfig:
             raise ConfigError(f"bloom capacity must be >= 1, not {self.capacity}")
 
 
-class LatePolicy(str, Enum):
+class LatePolicy(StrEnum):
     """What happens to a record whose event time is older than the horizon.
 
     Its ID may already have expired from the catalog, so the catalog cannot
