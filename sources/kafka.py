@@ -1,0 +1,98 @@
+"""Read Kafka with Spark's connector, committed records only, with record IDs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
+from sources.exceptions import SourceConfigError
+from sources.record_ids import attach_record_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Options this helper owns; passing them through ``options`` would silently
+# undo the guarantee (an uncommitted read sees aborted transactions).
+_FORCED = {"kafka.isolation.level": "read_committed", "includeHeaders": "true"}
+
+
+def read_kafka(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topics: str | Sequence[str],
+    id_strategy: str = "coordinates",
+    *,
+    id_column: str = DEFAULT_ID_COLUMN,
+    key_column: str | None = None,
+    columns: Sequence[str] | None = None,
+    header: str = RECORD_ID_HEADER,
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """A streaming DataFrame over ``topics`` with a record ID column.
+
+    Always reads with ``kafka.isolation.level=read_committed`` (records of
+    aborted or open transactions are never seen) and ``includeHeaders=true``.
+
+    Parameters
+    ----------
+    spark:
+        Session with Spark's Kafka connector on its classpath
+        (:func:`dedup.local.local_spark_session` puts it there).
+    bootstrap_servers:
+        ``host:port[,host:port]`` of the cluster.
+    topics:
+        One topic, a comma-separated list or a sequence of topics.
+    id_strategy:
+        ``coordinates`` (topic/partition/offset: catches replays only),
+        ``key`` (the record key), ``header`` (``header``, by default our
+        sink's ``dedup-record-id``), ``column`` (``key_column``), ``columns``
+        (hash of ``columns``) or ``none``. See :mod:`sources.record_ids`.
+    id_column:
+        Name of the ID column added.
+    starting_offsets, max_offsets_per_trigger:
+        Spark's ``startingOffsets`` / ``maxOffsetsPerTrigger``.
+    options:
+        Extra connector options (``kafka.security.protocol``, ...).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``key``, ``value`` (binary), ``topic``, ``partition``,
+        ``offset``, ``timestamp``, ``timestampType``, ``headers`` and ``id_column``.
+        Building it contacts nothing; the query fails at start if Kafka is down.
+
+    Raises
+    ------
+    SourceConfigError
+        Unknown strategy, missing topic, or an option that conflicts with
+        read_committed.
+    """
+    names = [topics] if isinstance(topics, str) else list(topics)
+    subscribe = ",".join(t.strip() for name in names for t in name.split(",") if t.strip())
+    if not subscribe:
+        raise SourceConfigError("read_kafka needs at least one topic")
+    if not bootstrap_servers:
+        raise SourceConfigError("read_kafka needs bootstrap_servers (host:port)")
+    extra = dict(options or {})
+    for key, value in _FORCED.items():
+        if key in extra and str(extra[key]).lower() != value:
+            raise SourceConfigError(
+                f"read_kafka always uses {key}={value}; remove {key}={extra[key]!r} from options"
+            )
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", subscribe)
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", "true")
+        .options(**extra)
+        .options(**_FORCED)
+    )
+    if max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(int(max_offsets_per_trigger)))
+    df = reader.load()
+    return attach_record_id(df, id_strategy, column=key_column, columns=columns,
+                            header=header, output_column=id_column)
