@@ -1,3 +1,61 @@
-"""Exactly-once sinks (a transactional Kafka sink for Spark Structured Streaming)."""
+"""Exactly-once sinks: a transactional Kafka sink for Spark Structured Streaming.
 
-__all__: list[str] = []
+Pick :class:`ExactlyOnceKafkaDataSource` (``format("exactly_once_kafka")``,
+after :func:`register`) for a one-line switch from Spark's Kafka sink, or
+:class:`ExactlyOnceKafkaForeachBatch` inside ``foreachBatch``.
+"""
+
+from sinks.admin import (
+    SinkTransaction,
+    abort_transactions,
+    check_transaction_timeout,
+    list_transactions,
+)
+from sinks.checkpoint import CheckpointStore
+from sinks.config import DATA_SOURCE_NAME, SinkConfig
+from sinks.datasource import (
+    ExactlyOnceKafkaDataSource,
+    ExactlyOnceKafkaStreamWriter,
+    SinkCommitMessage,
+    register,
+)
+from sinks.exceptions import (
+    CheckpointStateError,
+    CheckpointUnavailableError,
+    CommitOutcomeUnknownError,
+    ProducerFencedError,
+    SinkConfigError,
+    SinkError,
+    SinkRecordError,
+    SinkSchemaError,
+    TransactionFailedError,
+    UnsafeSinkSettingError,
+)
+from sinks.foreach_batch import ExactlyOnceKafkaForeachBatch
+from sinks.transactions import close_clients
+
+__all__ = [
+    "DATA_SOURCE_NAME",
+    "CheckpointStateError",
+    "CheckpointStore",
+    "CheckpointUnavailableError",
+    "CommitOutcomeUnknownError",
+    "ExactlyOnceKafkaDataSource",
+    "ExactlyOnceKafkaForeachBatch",
+    "ExactlyOnceKafkaStreamWriter",
+    "ProducerFencedError",
+    "SinkCommitMessage",
+    "SinkConfig",
+    "SinkConfigError",
+    "SinkError",
+    "SinkRecordError",
+    "SinkSchemaError",
+    "SinkTransaction",
+    "TransactionFailedError",
+    "UnsafeSinkSettingError",
+    "abort_transactions",
+    "check_transaction_timeout",
+    "close_clients",
+    "list_transactions",
+    "register",
+]

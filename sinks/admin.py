@@ -1,0 +1,151 @@
+"""Driver-side checks and operator tools: broker limits, marker topic, lingering transactions.
+
+confluent-kafka 2.16 has no ``list_transactions``/``describe_transactions``
+admin calls, so the transactional ids of an app are found from the sink's
+marker consumer groups (``<app_id>.sink.p<n>``, created by the first commit of
+each partition) plus, optionally, a probe of partitions ``0..n-1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from dedup.config import validate_app_id
+from dedup.kafka_io import KafkaUnavailableError, ensure_topic
+from sinks.config import SinkConfig
+from sinks.exceptions import UnsafeSinkSettingError
+
+TIMEOUT_S = 30.0
+
+
+def broker_transaction_max_timeout_ms(client_config: dict[str, Any]) -> int | None:
+    """The broker's ``transaction.max.timeout.ms`` (``None`` when it cannot be read)."""
+    admin = AdminClient(client_config)
+    try:
+        brokers = sorted(admin.list_topics(timeout=TIMEOUT_S).brokers)
+        if not brokers:
+            return None
+        resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))
+        [future] = admin.describe_configs([resource]).values()
+        entries = future.result(TIMEOUT_S)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(
+            f"could not read broker configs from {client_config.get('bootstrap.servers')}: "
+            f"{exc}; check kafka.bootstrap.servers and that the broker is up"
+        ) from exc
+    entry = entries.get("transaction.max.timeout.ms")
+    return int(entry.value) if entry is not None and entry.value is not None else None
+
+
+def check_transaction_timeout(config: SinkConfig) -> None:
+    """Refuse a ``transaction.timeout.ms`` above the broker's maximum.
+
+    Contacts Kafka; safe to repeat.
+    """
+    limit = broker_transaction_max_timeout_ms(config.client_config())
+    if limit is not None and config.transaction_timeout_ms > limit:
+        raise UnsafeSinkSettingError(
+            f"kafka.transaction.timeout.ms={config.transaction_timeout_ms} is above the "
+            f"broker's transaction.max.timeout.ms={limit}: init_transactions would fail. "
+            f"Lower kafka.transaction.timeout.ms to <= {limit} or raise "
+            "transaction.max.timeout.ms on the brokers"
+        )
+
+
+def prepare(config: SinkConfig) -> None:
+    """Driver-side start checks: broker limit, marker topic exists. Safe to repeat."""
+    check_transaction_timeout(config)
+    ensure_topic(config.bootstrap_servers, config.marker_topic, partitions=1,
+                 client_config={k: v for k, v in config.client_config().items()
+                                if k != "bootstrap.servers"})
+
+
+@dataclass(frozen=True)
+class SinkTransaction:
+    """A transactional id of an app and its last committed batch marker."""
+
+    transactional_id: str
+    partition: int
+    query_id: str | None
+    next_batch: int
+
+
+def _client_config(bootstrap: str, client_config: dict[str, Any] | None) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, **(client_config or {})}
+
+
+def list_transactions(bootstrap: str, app_id: str, probe_partitions: int = 0,
+                      marker_topic: str = "__dedup_markers",
+                      client_config: dict[str, Any] | None = None) -> list[SinkTransaction]:
+    """The sink's transactional ids of ``app_id`` with their last committed markers.
+
+    Read-only, safe to repeat. Whether one of them holds an open transaction
+    is not knowable with this client version; :func:`abort_transactions` is
+    harmless for ids without one.
+    """
+    validate_app_id(app_id)
+    prefix = f"{app_id}.sink.p"
+    cfg = _client_config(bootstrap, client_config)
+    admin = AdminClient(cfg)
+    try:
+        groups = admin.list_consumer_groups(request_timeout=TIMEOUT_S).result(TIMEOUT_S)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(f"could not list consumer groups on {bootstrap}: {exc}") \
+            from exc
+    partitions = {int(g.group_id[len(prefix):]) for g in groups.valid
+                  if g.group_id.startswith(prefix) and g.group_id[len(prefix):].isdigit()}
+    partitions |= set(range(probe_partitions))
+    out = []
+    for partition in sorted(partitions):
+        qid, next_batch = None, -1
+        offsets = admin.list_consumer_group_offsets(
+            [_group_request(f"{prefix}{partition}", marker_topic)])
+        try:
+            for future in offsets.values():
+                for tp in future.result(TIMEOUT_S).topic_partitions or []:
+                    if tp.error is None and tp.offset >= 0:
+                        qid, next_batch = tp.metadata, tp.offset
+        except KafkaException:
+            pass  # no committed marker for this partition yet
+        out.append(SinkTransaction(f"{app_id}.p{partition}", partition, qid, next_batch))
+    return out
+
+
+def _group_request(group: str, topic: str) -> Any:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    return ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
+
+
+def abort_transactions(bootstrap: str, app_id: str, partitions: list[int] | None = None,
+                       client_config: dict[str, Any] | None = None) -> list[str]:
+    """Abort any open transaction of the app's sink producers; return the ids handled.
+
+    For each partition (default: every one :func:`list_transactions` finds), a
+    producer with that ``transactional.id`` calls ``init_transactions``: the
+    broker aborts an open transaction and fences its owner. Run it only while
+    the pipeline is stopped (a running writer would be fenced and retried).
+    Safe to repeat.
+    """
+    validate_app_id(app_id)
+    if partitions is None:
+        partitions = [t.partition for t in list_transactions(bootstrap, app_id,
+                                                             client_config=client_config)]
+    done = []
+    for partition in partitions:
+        txn_id = f"{app_id}.p{partition}"
+        producer = Producer({**_client_config(bootstrap, client_config),
+                             "transactional.id": txn_id})
+        try:
+            producer.init_transactions(TIMEOUT_S)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"could not abort transactions of {txn_id}: {exc}") \
+                from exc
+        finally:
+            producer.flush(0)
+        done.append(txn_id)
+    return done

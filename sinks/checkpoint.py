@@ -1,0 +1,186 @@
+"""Strong productions: a partition's output, checkpointed in Redis before it is emitted.
+
+Key layout (``{...}`` is the Redis Cluster hash tag, one slot per (app, partition)):
+
+``dedup:{<app>:p<partition>}:sink:ckpt:<query id>:<batch>``
+    The partition's records (Arrow IPC stream), written with ``SET NX``: the
+    first attempt wins, and every retry reads the winner back and emits it.
+``dedup:{<app>}:sink:ckpt-index``
+    Sorted set of ``<query id>:<batch>:<partition>`` scored by batch, to find
+    checkpoints for garbage collection after Spark committed their batch.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from dedup.constants import KEY_PREFIX
+from sinks.exceptions import (
+    CheckpointStateError,
+    CheckpointUnavailableError,
+    UnsafeSinkSettingError,
+)
+from sinks.records import OutRecord
+
+_CLIENTS: dict[tuple[str, float], Any] = {}
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    return pa.schema([
+        ("topic", pa.string()), ("partition", pa.int32()), ("key", pa.binary()),
+        ("value", pa.binary()), ("headers", pa.list_(header)), ("record_id", pa.binary()),
+    ])
+
+
+def encode_records(records: list[OutRecord]) -> bytes:
+    """Arrow IPC bytes of ``records`` (no pickle: a checkpoint is data, never code)."""
+    import pyarrow as pa
+
+    schema = _schema()
+    table = pa.table({
+        "topic": [r.topic for r in records],
+        "partition": [r.partition for r in records],
+        "key": [r.key for r in records],
+        "value": [r.value for r in records],
+        "headers": [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+        "record_id": [r.record_id for r in records],
+    }, schema=schema)
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def decode_records(data: bytes) -> list[OutRecord]:
+    """Inverse of :func:`encode_records`."""
+    import pyarrow as pa
+
+    try:
+        table = pa.ipc.open_stream(io.BytesIO(data)).read_all()
+        columns = {name: table.column(name).to_pylist() for name in table.column_names}
+        return [
+            OutRecord(t, p, k, v, tuple((h["key"], h["value"]) for h in hs or ()), rid)
+            for t, p, k, v, hs, rid in zip(columns["topic"], columns["partition"],
+                                           columns["key"], columns["value"],
+                                           columns["headers"], columns["record_id"],
+                                           strict=True)
+        ]
+    except (pa.ArrowException, KeyError, ValueError) as exc:
+        raise CheckpointStateError(
+            "a sink checkpoint could not be decoded; it is corrupt or was written by "
+            "something else under the toolkit's keys"
+        ) from exc
+
+
+class CheckpointStore:
+    """Per-(app, query, batch, partition) checkpoints in Redis.
+
+    Safe to use from many processes; the client is created lazily and cached
+    per worker process, so an instance is cheap to pickle and ship.
+    """
+
+    def __init__(self, redis_config: Any, app_id: str) -> None:
+        self.redis_config = redis_config
+        self.app_id = app_id
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"redis_config": self.redis_config, "app_id": self.app_id}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def client(self) -> Any:
+        cache_key = (self.redis_config.url, self.redis_config.socket_timeout)
+        client = _CLIENTS.get(cache_key)
+        if client is None:
+            client = _CLIENTS[cache_key] = self.redis_config.client()
+        return client
+
+    def key(self, query_id: str, batch: int, partition: int) -> str:
+        return f"{KEY_PREFIX}:{{{self.app_id}:p{partition}}}:sink:ckpt:{query_id}:{batch}"
+
+    @property
+    def index_key(self) -> str:
+        return f"{KEY_PREFIX}:{{{self.app_id}}}:sink:ckpt-index"
+
+    def check_persistence(self) -> None:
+        """Refuse a Redis without AOF (a restart would lose checkpoints). Safe to repeat."""
+        if not self.redis_config.require_persistence:
+            return
+        import redis
+
+        try:
+            appendonly = self.client.config_get("appendonly").get("appendonly")
+        except redis.ResponseError:
+            return  # CONFIG disabled (managed Redis): cannot check, trust the operator
+        except redis.RedisError as exc:
+            raise CheckpointUnavailableError(
+                f"checkpoint Redis unreachable: {type(exc).__name__}; check option redis.url"
+            ) from exc
+        if appendonly != "yes":
+            raise UnsafeSinkSettingError(
+                "the checkpoint Redis runs with appendonly=no: a Redis restart would lose "
+                "sink checkpoints and let a retry emit different rows. Enable AOF "
+                "(CONFIG SET appendonly yes) or set option redis.require_persistence=false"
+            )
+
+    def put_if_absent(self, query_id: str, batch: int, partition: int,
+                      records: list[OutRecord]) -> tuple[list[OutRecord], bool]:
+        """Store ``records`` unless a checkpoint exists; return ``(stored records, won)``.
+
+        Safe to repeat: every caller gets the first attempt's records back.
+        Redis errors raise :class:`CheckpointUnavailableError` (the task fails).
+        """
+        import redis
+
+        key = self.key(query_id, batch, partition)
+        try:
+            # Index first: a checkpoint that exists is always findable by GC.
+            self.client.zadd(self.index_key, {f"{query_id}:{batch}:{partition}": batch})
+            won = bool(self.client.set(key, encode_records(records), nx=True))
+            if won:
+                return records, True
+            data = self.client.get(key)
+        except redis.RedisError as exc:
+            raise CheckpointUnavailableError(
+                f"could not write the sink checkpoint of batch {batch} partition {partition}: "
+                f"{type(exc).__name__}: {exc}; the task fails and Spark retries it"
+            ) from exc
+        if data is None:
+            raise CheckpointStateError(
+                f"the sink checkpoint of batch {batch} partition {partition} vanished between "
+                "SET NX and GET: was it garbage-collected by another query with this app_id?"
+            )
+        return decode_records(data), False
+
+    def collect_garbage(self, query_id: str, before_batch: int) -> int:
+        """Delete this query's checkpoints of batches ``< before_batch``; return how many.
+
+        Call only for batches Spark has committed. Safe to repeat.
+        """
+        import redis
+
+        try:
+            members = self.client.zrangebyscore(self.index_key, "-inf", f"({before_batch}")
+            removed = 0
+            for raw in members:
+                member = raw.decode() if isinstance(raw, bytes) else str(raw)
+                qid, batch, partition = member.rsplit(":", 2)
+                if qid != query_id:
+                    continue
+                removed += int(self.client.delete(self.key(qid, int(batch), int(partition))))
+                self.client.zrem(self.index_key, member)
+            return removed
+        except redis.RedisError as exc:
+            raise CheckpointUnavailableError(
+                f"sink checkpoint GC failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def drop_query(self, query_id: str) -> int:
+        """Delete every checkpoint of ``query_id`` (after the query is gone for good)."""
+        return self.collect_garbage(query_id, 2**62)

@@ -1,0 +1,247 @@
+"""Options of the exactly-once Kafka sink, parsed once on the driver.
+
+:meth:`SinkConfig.from_options` takes the same option names as Spark's own
+Kafka sink (``kafka.bootstrap.servers``, ``topic``, ``kafka.*`` passed to the
+producer) plus ``app_id`` and the toolkit's own switches, checks them, and
+returns a frozen, picklable :class:`SinkConfig` that is shipped to the
+executors. Secrets (``kafka.sasl.password`` and friends, a Redis password)
+never appear in ``repr`` or in error messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dedup.config import RedisConfig, redact_url, validate_app_id
+from dedup.constants import DEFAULT_ID_COLUMN
+from dedup.exceptions import ConfigError
+from sinks.exceptions import SinkConfigError, UnsafeSinkSettingError
+
+DATA_SOURCE_NAME = "exactly_once_kafka"
+DEFAULT_MARKER_TOPIC = "__dedup_markers"
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+DEFAULT_MAX_BATCH_DURATION_MS = 60_000
+
+_SECRET_WORDS = ("password", "secret", "token", "oauthbearer.config", "ssl.key.pem",
+                 "ssl.keystore", "sasl.jaas")
+# Java client settings that Spark's sink accepts but librdkafka does not know;
+# the sink always writes bytes, so they have no meaning here.
+_JAVA_ONLY = {"key.serializer", "value.serializer", "key.deserializer", "value.deserializer"}
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def is_secret(name: str) -> bool:
+    """Whether a client property holds a secret that must never be logged."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a client config with secret values replaced by ``***``."""
+    return {k: ("***" if is_secret(k) else v) for k, v in config.items()}
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SinkConfigError(f"option {name}={raw!r} must be true or false")
+
+
+def _int(options: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError as exc:
+        raise SinkConfigError(f"option {name}={raw!r} must be an integer") from exc
+    if value < minimum:
+        raise SinkConfigError(f"option {name} must be >= {minimum}, not {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Everything a sink partition writer needs; picklable and validated.
+
+    Parameters
+    ----------
+    app_id:
+        Stable, unique pipeline name. Transactional ids (``<app_id>.p<partition>``),
+        marker groups and checkpoint keys derive from it.
+    bootstrap_servers:
+        ``kafka.bootstrap.servers``.
+    topic:
+        Default output topic (option ``topic``); ``None`` requires a ``topic`` column.
+    producer_config:
+        The ``kafka.*`` options without the prefix, passed to the producer.
+    redis:
+        Checkpoint store; required when ``strong_productions``.
+    strong_productions:
+        Checkpoint each partition's rows before emitting them, so a retried task
+        replays the first attempt instead of recomputing it. Turn off only when
+        everything between the source and the sink is deterministic.
+    record_id_column:
+        Column with the record ID. When the input has no such column, the
+        writer derives a 128-bit ID from (topic, key, value).
+    dead_letter_topic:
+        Where records that cannot be written (null record ID, no topic) go,
+        inside the same transaction. ``None``: such a record fails the task.
+    marker_topic:
+        One-partition topic whose offsets, committed in each transaction for
+        the group ``<app_id>.sink.p<partition>``, are the batch markers.
+    max_batch_duration_ms:
+        The longest one partition write may take; the transaction timeout must
+        not be shorter.
+    transaction_retries:
+        Attempts of one partition after abortable Kafka errors.
+    failpoint_dir:
+        Directory of armed fail-points (tests and chaos runs only).
+    """
+
+    app_id: str
+    bootstrap_servers: str
+    topic: str | None = None
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+    redis: RedisConfig | None = None
+    strong_productions: bool = True
+    record_id_column: str = DEFAULT_ID_COLUMN
+    dead_letter_topic: str | None = None
+    marker_topic: str = DEFAULT_MARKER_TOPIC
+    max_batch_duration_ms: int = DEFAULT_MAX_BATCH_DURATION_MS
+    transaction_retries: int = 3
+    failpoint_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            validate_app_id(self.app_id)
+        except ConfigError as exc:
+            raise SinkConfigError(f"option app_id: {exc}") from exc
+        if not self.bootstrap_servers:
+            raise SinkConfigError("option kafka.bootstrap.servers is required "
+                                  "(host:port of the Kafka brokers)")
+        if self.strong_productions and self.redis is None:
+            raise SinkConfigError(
+                "strong productions need a checkpoint store: set option redis.url "
+                "(redis://host:port/db), or strong_productions=false if everything "
+                "upstream of the sink is deterministic"
+            )
+        if self.transaction_retries < 1:
+            raise SinkConfigError("transaction_retries must be >= 1")
+        config = dict(self.producer_config)
+        object.__setattr__(self, "producer_config", config)
+        if "transactional.id" in config:
+            raise UnsafeSinkSettingError(
+                "option kafka.transactional.id must not be set: the sink derives one per "
+                f"(app_id, partition) as '{self.app_id}.p<partition>'; remove the option"
+            )
+        if str(config.get("enable.idempotence", "true")).lower() in _FALSE:
+            raise UnsafeSinkSettingError(
+                "option kafka.enable.idempotence=false is refused: transactions need the "
+                "idempotent producer; remove the option"
+            )
+        bad = sorted(_JAVA_ONLY & config.keys())
+        if bad:
+            raise SinkConfigError(
+                f"options {', '.join('kafka.' + b for b in bad)} are Java client settings; "
+                "this sink writes the key and value columns as bytes: remove them"
+            )
+        if self.transaction_timeout_ms < self.max_batch_duration_ms:
+            raise UnsafeSinkSettingError(
+                f"kafka.transaction.timeout.ms={self.transaction_timeout_ms} is shorter than "
+                f"max.batch.duration.ms={self.max_batch_duration_ms} (the longest a partition "
+                "write may take): a slow batch would be aborted by the broker. Raise "
+                "kafka.transaction.timeout.ms (up to the broker's transaction.max.timeout.ms) "
+                "or lower the trigger interval / maxOffsetsPerTrigger and max.batch.duration.ms"
+            )
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        """The producer's ``transaction.timeout.ms`` (the sink's default when unset)."""
+        raw = self.producer_config.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        try:
+            return int(raw)
+        except (TypeError, ValueError) as exc:
+            raise SinkConfigError(
+                f"option kafka.transaction.timeout.ms={raw!r} must be an integer"
+            ) from exc
+
+    def transactional_id(self, partition: int) -> str:
+        """``transactional.id`` of the producer of ``partition``."""
+        return f"{self.app_id}.p{partition}"
+
+    def marker_group(self, partition: int) -> str:
+        """Consumer group whose committed marker offset records the last batch of ``partition``."""
+        return f"{self.app_id}.sink.p{partition}"
+
+    def client_config(self) -> dict[str, Any]:
+        """Settings for admin clients and consumers: bootstrap plus security settings."""
+        keep = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
+        return {"bootstrap.servers": self.bootstrap_servers,
+                **{k: v for k, v in self.producer_config.items() if k.startswith(keep)}}
+
+    def producer_settings(self, partition: int) -> dict[str, Any]:
+        """The full producer config of ``partition`` (contains secrets: never log it)."""
+        return {
+            "linger.ms": 5,
+            **dict(self.producer_config),
+            "bootstrap.servers": self.bootstrap_servers,
+            "transactional.id": self.transactional_id(partition),
+            "enable.idempotence": True,
+            "transaction.timeout.ms": self.transaction_timeout_ms,
+        }
+
+    def __repr__(self) -> str:
+        redis = redact_url(self.redis.url) if self.redis else None
+        return (
+            f"SinkConfig(app_id={self.app_id!r}, bootstrap_servers={self.bootstrap_servers!r}, "
+            f"topic={self.topic!r}, producer_config={redact_config(self.producer_config)!r}, "
+            f"redis={redis!r}, strong_productions={self.strong_productions}, "
+            f"record_id_column={self.record_id_column!r}, "
+            f"dead_letter_topic={self.dead_letter_topic!r}, marker_topic={self.marker_topic!r})"
+        )
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SinkConfig:
+        """Parse Spark writer options (case-insensitive names) into a config.
+
+        Raises :class:`SinkConfigError` naming the option and the fix.
+        Pure: safe to repeat, contacts no service.
+        """
+        opts = {str(k).lower(): v for k, v in options.items()}
+        producer = {k[len("kafka."):]: v for k, v in opts.items()
+                    if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+        redis_url = opts.get("redis.url")
+        redis = None
+        if redis_url:
+            try:
+                redis = RedisConfig(
+                    url=str(redis_url),
+                    require_persistence=_bool(opts, "redis.require_persistence", True),
+                )
+            except ConfigError as exc:
+                raise SinkConfigError(f"option redis.url: {exc}") from exc
+        return cls(
+            app_id=opts.get("app_id", ""),
+            bootstrap_servers=str(opts.get("kafka.bootstrap.servers", "")),
+            topic=opts.get("topic") or None,
+            producer_config=producer,
+            redis=redis,
+            strong_productions=_bool(opts, "strong_productions", True),
+            record_id_column=str(opts.get("record_id_column") or DEFAULT_ID_COLUMN),
+            dead_letter_topic=opts.get("dead_letter_topic") or None,
+            marker_topic=str(opts.get("marker_topic") or DEFAULT_MARKER_TOPIC),
+            max_batch_duration_ms=_int(opts, "max.batch.duration.ms",
+                                       DEFAULT_MAX_BATCH_DURATION_MS, minimum=1),
+            transaction_retries=_int(opts, "transaction.retries", 3, minimum=1),
+            failpoint_dir=opts.get("failpoint.dir") or None,
+        )

@@ -1,0 +1,132 @@
+"""The exactly-once Kafka sink as a PySpark Python data source.
+
+Use it like Spark's Kafka sink, with ``app_id`` (and ``redis.url`` for
+strong productions) added::
+
+    sinks.register(spark)
+    (df.writeStream.format("exactly_once_kafka")
+       .option("kafka.bootstrap.servers", "host:9092").option("topic", "out")
+       .option("app_id", "orders-v1").option("redis.url", "redis://host:6379/0")
+       .option("checkpointLocation", "/chk/orders-v1").start())
+
+Spark pickles these classes by reference, so they live in this installed module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from sinks.admin import prepare
+from sinks.checkpoint import CheckpointStore
+from sinks.config import DATA_SOURCE_NAME, SinkConfig
+from sinks.exceptions import SinkError
+from sinks.records import InputLayout, check_schema
+from sinks.writer import write_batches
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    """What one task wrote: sent to the driver's ``commit``."""
+
+    query_id: str
+    batch: int
+    partition: int
+    produced: int
+    skipped: bool
+    replayed: bool
+    attempts: int
+
+
+def task_identity() -> tuple[str, int, int, int]:
+    """``(query id, batch id, partition id, attempt)`` of the running Spark task."""
+    context = TaskContext.get()
+    if context is None:
+        raise SinkError("the sink writer must run inside a Spark task")
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    query_id = context.getLocalProperty("sql.streaming.queryId")
+    if batch is None or query_id is None:
+        raise SinkError(
+            "no micro-batch id in the task's local properties: the exactly_once_kafka "
+            "data source works only in writeStream; for batch writes use "
+            "ExactlyOnceKafkaForeachBatch with an explicit batch id"
+        )
+    return query_id, int(batch), context.partitionId(), context.attemptNumber()
+
+
+class ExactlyOnceKafkaDataSource(DataSource):
+    """``format("exactly_once_kafka")``: transactional, exactly-once Kafka output."""
+
+    @classmethod
+    def name(cls) -> str:
+        return DATA_SOURCE_NAME
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Validate options, schema and broker limits once (driver side), build the writer."""
+        config = SinkConfig.from_options(self.options)
+        layout = check_schema(schema, config)
+        prepare(config)
+        if config.strong_productions:
+            assert config.redis is not None
+            CheckpointStore(config.redis, config.app_id).check_persistence()
+        return ExactlyOnceKafkaStreamWriter(config, layout, [f.name for f in schema.fields])
+
+
+class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
+    """Per-partition transactional writer; receives Arrow batches (DataSourceArrowWriter).
+
+    Picklable: holds only the frozen config, the input layout and column names.
+    """
+
+    def __init__(self, config: SinkConfig, layout: InputLayout, columns: list[str]) -> None:
+        self.config = config
+        self.layout = layout
+        self.columns = columns
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        query_id, batch, partition, attempt = task_identity()
+        result = write_batches(self.config, self.layout, self.columns, iterator, query_id,
+                               batch, partition, attempt)
+        return SinkCommitMessage(query_id, batch, partition, result.produced, result.skipped,
+                                 result.replayed, result.attempts)
+
+    def commit(self, messages: list[WriterCommitMessage | None],  # type: ignore[override]
+               batchId: int) -> None:
+        """Batch ``batchId`` is complete; garbage-collect checkpoints of older batches.
+
+        Batch ``batchId`` has started, so every older batch is in Spark's commit
+        log (invariant 7); ``batchId`` itself may still be replayed.
+        """
+        if not self.config.strong_productions:
+            return
+        query_ids = {m.query_id for m in messages if isinstance(m, SinkCommitMessage)}
+        assert self.config.redis is not None
+        store = CheckpointStore(self.config.redis, self.config.app_id)
+        for query_id in query_ids:
+            try:
+                store.collect_garbage(query_id, batchId)
+            except SinkError as exc:  # GC is best effort; the next commit retries it
+                log.warning("sink checkpoint GC after batch %s failed: %s", batchId, exc)
+
+    def abort(self, messages: list[WriterCommitMessage | None],  # type: ignore[override]
+              batchId: int) -> None:
+        """Nothing to undo: uncommitted Kafka transactions are invisible, checkpoints are kept."""
+        log.warning("exactly_once_kafka: batch %s aborted; Spark will retry it", batchId)
+
+
+def register(spark: Any) -> None:
+    """Register ``format("exactly_once_kafka")`` with ``spark``. Safe to repeat."""
+    spark.dataSource.register(ExactlyOnceKafkaDataSource)

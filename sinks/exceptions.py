@@ -1,0 +1,58 @@
+"""Errors of the sinks package.
+
+Each error says whether a retry of the Spark task may help
+(:meth:`~dedup.exceptions.DedupError.retriable`) and whether the Kafka client
+that raised it must be thrown away (:meth:`~dedup.exceptions.DedupError.fatal`).
+"""
+
+from __future__ import annotations
+
+from dedup.exceptions import ConfigError, DedupError, UnsafeSettingError
+
+
+class SinkError(DedupError):
+    """A sink could not be built or could not write a partition."""
+
+
+class SinkConfigError(SinkError, ConfigError):
+    """A sink option is missing, malformed or contradicts another one."""
+
+
+class SinkSchemaError(SinkConfigError):
+    """The input DataFrame has a column the sink cannot accept (named in the message)."""
+
+
+class UnsafeSinkSettingError(SinkConfigError, UnsafeSettingError):
+    """A sink setting would break exactly-once output; refused unless overridden."""
+
+
+class SinkRecordError(SinkError, ValueError):
+    """A record cannot be written (null record ID, no topic) and no dead-letter topic is set."""
+
+
+class CheckpointUnavailableError(SinkError, ConnectionError):
+    """The checkpoint store (Redis) could not be reached; the task fails and Spark retries it."""
+
+    _retriable = True
+
+
+class CheckpointStateError(SinkError, RuntimeError):
+    """A stored checkpoint could not be decoded (corruption or a foreign key)."""
+
+
+class TransactionFailedError(SinkError, RuntimeError):
+    """A Kafka transaction failed; nothing of it is visible. The task fails and is retried."""
+
+    _retriable = True
+
+
+class ProducerFencedError(TransactionFailedError):
+    """A newer producer with the same transactional id took over; this one was discarded."""
+
+    _fatal = True
+
+
+class CommitOutcomeUnknownError(TransactionFailedError):
+    """``commit_transaction`` did not answer in time; the retry's marker read decides."""
+
+    _fatal = True

@@ -1,0 +1,296 @@
+"""One partition of one micro-batch, written to Kafka at most once (invariant 6).
+
+Per (app, partition) there is one transactional producer, ``transactional.id
+= <app_id>.p<partition>``, created lazily and cached per Python worker
+process. The batch marker is the committed offset of the one-partition
+marker topic for the group ``<app_id>.sink.p<partition>``: offset =
+``batch + 1``, metadata = the Spark query id. It is written with
+``send_offsets_to_transaction`` inside the same transaction as the records,
+so the records and the marker become visible together or not at all.
+
+Attempt of a partition::
+
+    producer (init_transactions on creation: fences older producers and
+              aborts or completes their open transaction)
+    read marker (read_committed: waits for pending transactional offsets)
+    marker says this batch is in -> skip
+    begin; produce records (+ record ID header); send marker; commit
+
+Abortable errors abort the transaction and retry the attempt (bounded).
+A fenced producer is dropped and the attempt is redone once with a fresh
+producer (partitions move between Python workers, so a cached producer is
+routinely fenced by a newer one of the same pool; the redo re-reads the
+marker inside a fresh transaction, so it can never emit twice). Fatal errors
+and an unknown commit outcome drop the producer and fail the task: Spark's
+retry re-inits the producer, which settles the outcome, and the marker says
+whether to produce again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from dedup.constants import RECORD_ID_HEADER
+from dedup.failpoints import fail_point
+from sinks.config import SinkConfig
+from sinks.exceptions import (
+    CommitOutcomeUnknownError,
+    ProducerFencedError,
+    TransactionFailedError,
+)
+from sinks.records import OutRecord
+
+log = logging.getLogger(__name__)
+
+_PRODUCERS: dict[str, Producer] = {}
+_CONSUMERS: dict[str, Consumer] = {}
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                 KafkaError.INVALID_PRODUCER_EPOCH,
+                 KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+CALL_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """What one partition write did (the writer's commit message payload)."""
+
+    partition: int
+    batch: int
+    produced: int
+    skipped: bool
+    replayed: bool
+    attempts: int
+
+
+def close_clients() -> None:
+    """Close every cached producer and consumer of this process. Safe to repeat."""
+    for producer in list(_PRODUCERS.values()):
+        with contextlib.suppress(Exception):  # best effort at shutdown
+            producer.flush(5)
+    _PRODUCERS.clear()
+    for consumer in list(_CONSUMERS.values()):
+        with contextlib.suppress(Exception):
+            consumer.close()
+    _CONSUMERS.clear()
+
+
+atexit.register(close_clients)
+
+
+def drop_producer(transactional_id: str) -> None:
+    """Forget (and close) the cached producer of ``transactional_id``."""
+    producer = _PRODUCERS.pop(transactional_id, None)
+    if producer is not None:
+        with contextlib.suppress(Exception):  # the producer is already broken
+            producer.purge()
+            producer.flush(0)
+
+
+def get_producer(config: SinkConfig, partition: int) -> Producer:
+    """The cached, initialised transactional producer of ``partition`` in this process."""
+    txn_id = config.transactional_id(partition)
+    producer = _PRODUCERS.get(txn_id)
+    if producer is None:
+        producer = Producer(config.producer_settings(partition))
+        try:
+            producer.init_transactions(CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            raise _classify(exc, f"init_transactions of {txn_id}") from exc
+        _PRODUCERS[txn_id] = producer
+    return producer
+
+
+def _marker_consumer(config: SinkConfig, partition: int) -> Consumer:
+    group = config.marker_group(partition)
+    consumer = _CONSUMERS.get(group)
+    if consumer is None:
+        consumer = Consumer({
+            **config.client_config(), "group.id": group, "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        })
+        _CONSUMERS[group] = consumer
+    return consumer
+
+
+def read_marker(config: SinkConfig, partition: int) -> tuple[str | None, int]:
+    """``(query id, next batch)`` committed for ``partition``; ``(None, -1)`` if none."""
+    consumer = _marker_consumer(config, partition)
+    try:
+        [tp] = consumer.committed([TopicPartition(config.marker_topic, 0)],
+                                  timeout=CALL_TIMEOUT_S)
+    except KafkaException as exc:
+        raise TransactionFailedError(
+            f"could not read the batch marker of {config.marker_group(partition)}: {exc}"
+        ) from exc
+    if tp.error is not None or tp.offset < 0:
+        return None, -1
+    return tp.metadata, tp.offset
+
+
+def _is_fenced(error: KafkaError) -> bool:
+    return error.code() in _FENCED_CODES
+
+
+def _classify(exc: KafkaException, what: str) -> TransactionFailedError:
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if error is not None and _is_fenced(error):
+        return ProducerFencedError(f"{what}: producer fenced by a newer one ({error.name()})")
+    return TransactionFailedError(f"{what} failed: {exc}")
+
+
+class _Abortable(Exception):  # noqa: N818 - internal control flow
+    pass
+
+
+class _Fenced(Exception):  # noqa: N818 - internal control flow
+    pass
+
+
+def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfig,
+                 batch: int, partition: int, attempt: int) -> list[KafkaError]:
+    errors: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    half = len(records) // 2
+    for index, record in enumerate(records):
+        if index == half and half:
+            if config.failpoint_dir:
+                producer.flush(CALL_TIMEOUT_S)  # so a read_uncommitted reader sees the half
+            fail_point("sink.mid_produce", config.failpoint_dir, batch=batch,
+                       partition=partition, attempt=attempt)
+        headers = [*record.headers, (RECORD_ID_HEADER, record.record_id)]
+        kwargs: dict[str, Any] = {"key": record.key, "value": record.value,
+                                  "headers": headers, "on_delivery": on_delivery}
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        while True:
+            try:
+                producer.produce(record.topic, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.05)  # queue full: let deliveries drain
+        producer.poll(0)
+    remaining = producer.flush(CALL_TIMEOUT_S)
+    if remaining:
+        errors.append(KafkaError(KafkaError._TIMED_OUT, f"{remaining} records undelivered"))
+    return errors
+
+
+def _commit(producer: Producer, what: str) -> None:
+    deadline = time.monotonic() + CALL_TIMEOUT_S
+    while True:
+        try:
+            producer.commit_transaction(CALL_TIMEOUT_S)
+            return
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if _is_fenced(error):
+                raise _Fenced() from exc
+            if error.txn_requires_abort():
+                raise _Abortable(str(error)) from exc
+            if error.retriable() and not error.fatal() and time.monotonic() < deadline:
+                continue
+            raise CommitOutcomeUnknownError(
+                f"{what}: commit_transaction ended with {error.name()}; the outcome is unknown. "
+                "The task fails; Spark's retry settles it via init_transactions and the marker"
+            ) from exc
+
+
+def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch: int,
+             partition: int, attempt: int) -> tuple[bool, int]:
+    """One transaction; returns ``(skipped, produced)``. Raises _Abortable / _Fenced."""
+    what = f"sink batch {batch} partition {partition} ({config.transactional_id(partition)})"
+    producer = get_producer(config, partition)
+    marker_qid, next_batch = read_marker(config, partition)
+    if marker_qid == query_id and next_batch >= batch + 1:
+        return True, 0
+    if not records:
+        return False, 0
+    try:
+        producer.begin_transaction()
+        errors = _produce_all(producer, records, config, batch, partition, attempt)
+        if errors:
+            if any(_is_fenced(e) for e in errors):
+                raise _Fenced()
+            if any(e.fatal() for e in errors):
+                raise TransactionFailedError(f"{what}: fatal delivery error {errors[0]}")
+            raise _Abortable(f"{len(errors)} delivery errors, first {errors[0]}")
+        consumer = _marker_consumer(config, partition)
+        producer.send_offsets_to_transaction(
+            [TopicPartition(config.marker_topic, 0, batch + 1, metadata=query_id)],
+            consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
+        if config.failpoint_dir:
+            producer.flush(CALL_TIMEOUT_S)
+        fail_point("sink.before_commit", config.failpoint_dir, batch=batch,
+                   partition=partition, attempt=attempt)
+        _commit(producer, what)
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        if _is_fenced(error):
+            raise _Fenced() from exc
+        if error.txn_requires_abort():
+            raise _Abortable(str(error)) from exc
+        raise _classify(exc, what) from exc
+    return False, len(records)
+
+
+def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
+                    batch: int, partition: int, replayed: bool = False) -> PartitionResult:
+    """Commit ``records`` as batch ``batch`` of ``partition`` exactly once.
+
+    Safe to repeat with the same arguments (a repeat after success is a
+    no-op skip). Raises a retriable :class:`TransactionFailedError` when the
+    task must fail and be retried by Spark; nothing is then visible to
+    ``read_committed`` readers.
+    """
+    txn_id = config.transactional_id(partition)
+    redo_after_fence = True
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            skipped, produced = _attempt(config, records, query_id, batch, partition, attempt)
+            result = PartitionResult(partition, batch, produced, skipped, replayed, attempt)
+            break
+        except _Abortable as exc:
+            producer = _PRODUCERS.get(txn_id)
+            try:
+                if producer is not None:
+                    producer.abort_transaction(CALL_TIMEOUT_S)
+            except KafkaException as abort_exc:
+                drop_producer(txn_id)
+                raise _classify(abort_exc, f"abort of {txn_id}") from abort_exc
+            if attempt >= config.transaction_retries:
+                raise TransactionFailedError(
+                    f"batch {batch} partition {partition}: transaction aborted "
+                    f"{attempt} times ({exc}); the task fails and Spark retries it"
+                ) from exc
+            log.warning("aborted transaction of %s (attempt %d): %s", txn_id, attempt, exc)
+        except _Fenced as exc:
+            drop_producer(txn_id)
+            if not redo_after_fence:
+                raise ProducerFencedError(
+                    f"{txn_id} was fenced twice while writing batch {batch}: another live "
+                    "writer uses this app_id and partition (two pipelines on one app_id, or a "
+                    "speculative task); the task fails and Spark retries it"
+                ) from exc
+            redo_after_fence = False
+        except BaseException:
+            # Anything else (an injected fault, a fatal error, a worker
+            # shutdown) may leave a transaction open in this producer: drop it,
+            # and let the retry's init_transactions abort what it left.
+            drop_producer(txn_id)
+            raise
+    fail_point("sink.after_commit", config.failpoint_dir, batch=batch, partition=partition,
+               attempt=attempt)
+    return result
