@@ -6,7 +6,9 @@ JSON ``{"action": "raise" | "kill" | "sleep", "seconds": 5, "match": {...}}``.
 first process that reaches the point with a matching context renames the file
 to ``<name>.fired-<pid>`` (atomic, so exactly one process fires it) and then
 acts: ``raise`` raises :class:`InjectedFault`, ``kill`` sends SIGKILL to its
-own process (a Python worker or the driver), ``sleep`` stalls. The fired file
+own process (a Python worker or the driver), ``sleep`` stalls, ``stop`` sends
+SIGSTOP to its own process (someone else must SIGCONT it: the pid is in the
+fired file). The fired file
 is the proof that the fault hit.
 
 The directory comes from :class:`dedup.config.FailPointConfig` or, failing
@@ -78,6 +80,8 @@ def fail_point(name: str, directory: str | None = None, **context: Any) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "sleep":
         time.sleep(float(spec.get("seconds", 5)))
+    elif action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
     else:
         raise InjectedFault(f"injected fault at fail-point {name} ({context})")
 
