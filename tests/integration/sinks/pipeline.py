@@ -1,0 +1,145 @@
+"""A small source -> (record IDs) -> (dedup) -> exactly-once sink pipeline for the sink tests.
+
+The input is a transactional, pre-filled Kafka topic with a few duplicated
+records (same key = same record ID); Spark's Kafka connector reads it in
+several micro-batches. When the dedup core is installed the pipeline
+deduplicates; otherwise the duplicates are removed before writing the input
+so the expected output is still "one copy of each record ID".
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+
+from dedup.constants import DEFAULT_ID_COLUMN
+from dedup.kafka_io import ConsumedRecord, consume_all, ensure_topic
+from dedup.verify import VerificationReport, compare
+
+OUT_PARTITIONS = 2
+SINK_PARTITIONS = 3
+
+
+def dedup_available() -> bool:
+    try:
+        from dedup.operator import deduplicate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Topics:
+    source: str
+    out: str
+
+
+def fill_input(bootstrap: str, app_id: str, records: int = 240, duplicates: int = 24,
+               partitions: int = 2) -> tuple[Topics, dict[str, bytes]]:
+    """Write the input; return the topics and the expected ``{record_id: value}``."""
+    topics = Topics(f"{app_id}-in", f"{app_id}-out")
+    ensure_topic(bootstrap, topics.source, partitions)
+    ensure_topic(bootstrap, topics.out, OUT_PARTITIONS)
+    rows = [(f"id-{i:05d}", f"value-{i}") for i in range(records)]
+    if dedup_available():
+        rows += rows[: duplicates]  # the same key is the same record ID
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{app_id}-fill"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for index, (key, value) in enumerate(rows):
+        producer.produce(topics.source, key=key.encode(), value=value.encode(),
+                         partition=index % partitions)
+    producer.commit_transaction(30)
+    expected: dict[str, bytes] = {}
+    for key, value in rows:
+        expected.setdefault(key, value.encode())
+    return topics, expected
+
+
+def build_stream(spark: Any, bootstrap: str, topics: Topics, app_id: str, redis_url: str,
+                 per_trigger: int = 70, transform: Any = None) -> Any:
+    """The streaming DataFrame in front of the sink: key, value, record ID."""
+    from pyspark.sql import functions as F
+
+    df = (spark.readStream.format("kafka")
+          .option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", topics.source)
+          .option("startingOffsets", "earliest")
+          .option("kafka.isolation.level", "read_committed")
+          .option("maxOffsetsPerTrigger", str(per_trigger))
+          .load()
+          .select(F.col("key").cast("string").alias("key"),
+                  F.col("value").cast("string").alias("value")))
+    try:
+        from dedup.ids import with_record_id
+
+        df = with_record_id(df, strategy="column", column="key")
+    except ImportError:
+        df = df.withColumn(DEFAULT_ID_COLUMN, F.col("key"))
+    if dedup_available():
+        from dedup.config import DedupConfig, RedisConfig
+        from dedup.operator import deduplicate
+
+        df = deduplicate(df, DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url),
+                                         num_shards=2))
+    # A deterministic shuffle by ID: three sink partitions, three transactional ids.
+    df = df.repartition(SINK_PARTITIONS, DEFAULT_ID_COLUMN)
+    # User code after the shuffle runs in the sink's own tasks, so a task retry
+    # recomputes it (before the shuffle, Spark would reuse the shuffle files).
+    return transform(df) if transform is not None else df
+
+
+def sink_options(bootstrap: str, topics: Topics, app_id: str, redis_url: str,
+                 failpoint_dir: str | None = None, strong: bool = True) -> dict[str, str]:
+    options = {
+        "kafka.bootstrap.servers": bootstrap, "topic": topics.out, "app_id": app_id,
+        "redis.url": redis_url, "strong_productions": str(strong).lower(),
+        "kafka.transaction.timeout.ms": "60000",
+    }
+    if failpoint_dir:
+        options["failpoint.dir"] = failpoint_dir
+    return options
+
+
+def run_to_end(df: Any, options: dict[str, str], checkpoint: str,
+               timeout: float = 150.0) -> None:
+    """Run the query with ``availableNow`` (several batches) until the input is consumed."""
+    query = (df.writeStream.format("exactly_once_kafka").options(**options)
+             .option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    try:
+        finished = query.awaitTermination(timeout)
+        assert finished, f"query did not finish within {timeout}s"
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception() is not None:
+        raise AssertionError(f"query failed: {query.exception()}")
+
+
+def read_output(bootstrap: str, topic: str, isolation: str = "read_committed"
+                ) -> list[ConsumedRecord]:
+    return consume_all(bootstrap, topic, isolation, idle_timeout=2.0)
+
+
+def check_exact(bootstrap: str, topic: str, expected: dict[str, bytes]) -> VerificationReport:
+    """read_committed output vs the expected one; losses and duplicates counted separately."""
+    from dedup.constants import RECORD_ID_HEADER
+
+    observed = []
+    for record in read_output(bootstrap, topic):
+        raw = record.header(RECORD_ID_HEADER)
+        observed.append((raw.decode() if raw is not None else None, record.value))
+    return compare(expected, observed)
+
+
+def wait_for(predicate: Any, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
