@@ -1,18 +1,76 @@
-"""Entry point of the ``dedup`` console script (sub-commands are filled in by later work)."""
+"""dedup: exactly-once deduplication for PySpark Structured Streaming.
+
+Commands: demo (the whole thing on local services, with a crash), run (a
+pipeline file), verify (audit a topic), services (local Redis and Kafka),
+txn (the sink's Kafka transactions).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from dedup import __version__
+from dedup.exceptions import ConfigError, DedupError
+
+EXIT_RUNTIME = 1
+EXIT_CONFIG = 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dedup", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    from dedup.cli import demo, run, services_cmd, txn, verify_cmd
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress lines, only results and errors (for CI)")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks and Spark's log on the console")
+    parser = argparse.ArgumentParser(prog="dedup", description=__doc__, parents=[common],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"dedup {__version__}")
-    parser.parse_args(argv)
-    return 0
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in (demo, run, verify_cmd, services_cmd, txn):
+        module.add_parser(sub, common)
+    return parser
+
+
+def _error(message: str) -> None:
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    print(f"dedup: error: {first}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``dedup`` command line; returns the exit code.
+
+    0: success; 1: a runtime failure (service unreachable, verification
+    failed); 2: bad usage or configuration. Errors are one line on stderr
+    unless ``--debug``.
+    """
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    args.quiet = getattr(args, "quiet", False)
+    args.debug = getattr(args, "debug", False)
+    try:
+        return int(args.handler(args))
+    except ConfigError as exc:
+        if args.debug:
+            raise
+        _error(str(exc))
+        return EXIT_CONFIG
+    except DedupError as exc:
+        if args.debug:
+            raise
+        _error(str(exc))
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+
+
+def console_main() -> None:
+    sys.exit(main())
 
 
 if __name__ == "__main__":

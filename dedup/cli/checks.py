@@ -1,0 +1,57 @@
+"""Up-front reachability checks, so a wrong address fails in seconds with the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dedup.config import redact_url
+from dedup.exceptions import CatalogUnavailableError, ConfigError
+from dedup.kafka_io import KafkaUnavailableError
+
+SERVICES_HINT = "start the local services with 'dedup services up'"
+
+QUIET_KAFKA: dict[str, Any] = {"log_level": 0, "logger": lambda *args: None}
+"""librdkafka client settings that keep its connection errors off stderr."""
+
+
+def check_redis(url: str, timeout: float = 3.0, what: str = "redis.url") -> None:
+    """PING ``url``; raise :class:`CatalogUnavailableError` naming it and the fix."""
+    import redis
+
+    if not url:
+        raise ConfigError(f"no Redis address: set {what} or {SERVICES_HINT}")
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    except ValueError as exc:
+        raise ConfigError(f"{what} {redact_url(url)!r} is not a valid Redis URL: {exc}") from exc
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        reason = str(exc).split("\n")[0] or type(exc).__name__
+        raise CatalogUnavailableError(
+            f"cannot reach Redis at {redact_url(url)} ({reason}): {SERVICES_HINT} "
+            f"or fix {what}"
+        ) from exc
+    finally:
+        client.close()
+
+
+def check_kafka(bootstrap: str, timeout: float = 5.0, what: str = "kafka bootstrap servers",
+                ) -> None:
+    """Fetch cluster metadata; raise :class:`KafkaUnavailableError` naming the fix."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    if not bootstrap:
+        raise ConfigError(f"no Kafka address: set {what} or {SERVICES_HINT}")
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
+                         **QUIET_KAFKA})
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(
+            f"cannot reach Kafka at {bootstrap} (no answer in {timeout:.0f} s): "
+            f"{SERVICES_HINT} or fix {what}"
+        ) from exc
+    if not metadata.brokers:
+        raise KafkaUnavailableError(f"Kafka at {bootstrap} lists no brokers: {SERVICES_HINT}")

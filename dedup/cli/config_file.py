@@ -1,0 +1,156 @@
+"""The pipeline file of ``dedup run``: TOML, read with :mod:`tomllib`, checked strictly.
+
+Every table has a fixed set of keys; an unknown key is an error naming it and
+the allowed keys (a typo must not silently fall back to a default). Service
+addresses left empty are filled from ``dedup services up``'s state file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dedup.config import validate_app_id
+from dedup.exceptions import ConfigError
+
+# table -> {key: default}. None means "no default" (required or optional).
+SCHEMA: dict[str, dict[str, Any]] = {
+    "": {"app_id": None, "checkpoint": ""},
+    "source": {
+        "type": "synthetic",
+        # synthetic
+        "seed": 0, "rows_per_batch": 1000, "total_rows": 0, "rows_per_second": 0.0,
+        "duplicate_rate": 0.1, "duplicate_distance": "later_batches",
+        "duplicate_gap_batches": 2, "num_keys": 1000, "key_skew": 0.0, "payload_bytes": 64,
+        "num_partitions": 2,
+        # kafka
+        "bootstrap_servers": "", "topics": [], "starting_offsets": "earliest",
+        "max_offsets_per_trigger": 0,
+        # files
+        "path": "", "format": "json", "schema": "", "max_files_per_trigger": 0,
+    },
+    "ids": {"strategy": "", "column": "", "columns": [], "header": "dedup-record-id"},
+    "dedup": {
+        "enabled": True, "num_shards": 8, "bloom_enabled": True, "bloom_capacity": 1_000_000,
+        "bloom_error_rate": 0.01, "retention_horizon_seconds": 7 * 24 * 3600,
+        "retention_bucket_seconds": 24 * 3600, "event_time_column": "", "late_policy": "drop",
+        "allow_shared_app_id": False,
+    },
+    "redis": {"url": "", "require_persistence": True},
+    "sink": {
+        "type": "kafka", "bootstrap_servers": "", "topic": "", "partitions": 2,
+        "key_column": "key", "value_column": "", "options": {},
+    },
+    "run": {
+        "trigger_seconds": 0.0, "stop_after_idle_seconds": 10.0, "max_seconds": 0.0,
+        "shuffle_partitions": 4, "master": "local[2]",
+    },
+}
+SOURCE_TYPES = ("synthetic", "kafka", "files")
+SINK_TYPES = ("kafka", "console")
+SYNTHETIC_KEYS = ("seed", "rows_per_batch", "total_rows", "rows_per_second", "duplicate_rate",
+                  "duplicate_distance", "duplicate_gap_batches", "num_keys", "key_skew",
+                  "payload_bytes", "num_partitions")
+
+
+@dataclass(frozen=True)
+class PipelineFile:
+    """A parsed pipeline file: ``tables[table][key]`` with defaults filled in."""
+
+    path: str
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def app_id(self) -> str:
+        return str(self.tables[""]["app_id"])
+
+    def table(self, name: str) -> dict[str, Any]:
+        return self.tables[name]
+
+
+def _check_keys(where: str, given: dict[str, Any], allowed: dict[str, Any]) -> None:
+    for key in given:
+        if key not in allowed:
+            label = f"[{where}]" if where else "the top level"
+            raise ConfigError(
+                f"unknown key {key!r} in {label}; allowed keys: {', '.join(sorted(allowed))}"
+            )
+
+
+def _typed(where: str, key: str, value: Any, default: Any) -> Any:
+    if default is None or value is None:
+        return value
+    expected: tuple[type, ...]
+    if isinstance(default, bool):
+        expected = (bool,)
+    elif isinstance(default, float):
+        expected = (int, float)
+    elif isinstance(default, int):
+        expected = (int,)
+    else:
+        expected = (type(default),)
+    if not isinstance(value, expected) or (expected != (bool,) and isinstance(value, bool)):
+        label = f"{where}.{key}" if where else key
+        raise ConfigError(
+            f"{label} must be a {expected[0].__name__} like {default!r}, not {value!r}"
+        )
+    return float(value) if expected == (int, float) else value
+
+
+def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
+    """Parse and check a pipeline file's text.
+
+    Raises
+    ------
+    ConfigError
+        Invalid TOML, an unknown table or key, a wrongly typed value, a
+        missing or invalid ``app_id``, or an unknown source / sink type.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    top = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    nested = {k: v for k, v in data.items() if isinstance(v, dict)}
+    _check_keys("", top, SCHEMA[""])
+    for name in nested:
+        if name not in SCHEMA or name == "":
+            names = ", ".join(f"[{t}]" for t in SCHEMA if t)
+            raise ConfigError(f"unknown table [{name}] in {path}; allowed tables: {names}")
+    tables: dict[str, dict[str, Any]] = {}
+    for name, defaults in SCHEMA.items():
+        given = top if name == "" else nested.get(name, {})
+        _check_keys(name, given, defaults)
+        tables[name] = {key: _typed(name, key, given.get(key, default), default)
+                        for key, default in defaults.items()}
+    validate_app_id(tables[""]["app_id"])
+    if tables["source"]["type"] not in SOURCE_TYPES:
+        raise ConfigError(f"source.type must be one of {', '.join(SOURCE_TYPES)}, not "
+                          f"{tables['source']['type']!r}")
+    if tables["sink"]["type"] not in SINK_TYPES:
+        raise ConfigError(f"sink.type must be one of {', '.join(SINK_TYPES)}, not "
+                          f"{tables['sink']['type']!r}")
+    if tables["sink"]["type"] == "kafka" and not tables["sink"]["topic"]:
+        raise ConfigError("sink.topic is required for sink.type = \"kafka\": name the output "
+                          "topic")
+    return PipelineFile(path=path, tables=tables)
+
+
+def load_pipeline(path: str | Path) -> PipelineFile:
+    """Read and check a pipeline file; see :func:`parse_pipeline`."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except FileNotFoundError as exc:
+        raise ConfigError(f"pipeline file {file} not found: check the path "
+                          "(an example: dedup run --example)") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read pipeline file {file}: {exc}") from exc
+    return parse_pipeline(text, str(file))
+
+
+def example_path() -> Path:
+    """The example pipeline file shipped with the package."""
+    return Path(__file__).with_name("example.toml")

@@ -1,0 +1,246 @@
+"""``dedup demo``: the whole pipeline on local services, with a real crash and a restart.
+
+Starts its own Redis (AOF, fsync always), Kafka broker and local Spark;
+streams synthetic records with duplicates through record IDs -> dedup ->
+the exactly-once Kafka sink; crashes the query once mid-run with an armed
+fail-point (the query really fails: ``spark.task.maxFailures`` is 1 in
+``local[2]``); restarts it from the same checkpoint; reads the output with a
+``read_committed`` consumer; compares it with the failure-free output
+computed from the input; prints a summary; stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dedup.cli.checks import QUIET_KAFKA
+from dedup.cli.config_file import PipelineFile, parse_pipeline
+from dedup.cli.pipeline import Addresses, start_query
+from dedup.cli.progress import Progress, QueryWatcher, wait_for
+from dedup.cli.run import _source_done
+from dedup.exceptions import DedupError
+
+CRASH_POINT = "sink.before_commit"
+
+_PIPELINE = """
+app_id = "{app_id}"
+[source]
+type = "synthetic"
+seed = {seed}
+rows_per_batch = {batch}
+total_rows = {records}
+duplicate_rate = {dup_rate}
+duplicate_distance = "later_batches"
+duplicate_gap_batches = 2
+key_skew = 1.0
+payload_bytes = 48
+[ids]
+strategy = "column"
+column = "event_id"
+[dedup]
+num_shards = 4
+[sink]
+topic = "{topic}"
+partitions = 2
+key_column = "key"
+value_column = "payload"
+[run]
+master = "local[2]"
+shuffle_partitions = 4
+"""
+
+
+class DemoFailedError(DedupError, RuntimeError):
+    """The demo did not reach an exact output (or its crash did not happen)."""
+
+
+@dataclass
+class DemoResult:
+    records_in: int
+    expected: int
+    records_out: int
+    lost: int
+    duplicated: int
+    phantoms: int
+    mismatched: int
+    open_transactions: int
+    crashed: bool
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.phantoms or self.mismatched
+                    or self.open_transactions)
+
+
+def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
+    parser = sub.add_parser(
+        "demo", parents=[parent], help="run the exactly-once pipeline end to end on local "
+        "services, with a crash and a restart",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--records", type=int, default=30_000, help="input records (30000)")
+    parser.add_argument("--batch-size", type=int, default=5_000,
+                        help="records per micro-batch (5000)")
+    parser.add_argument("--duplicate-rate", type=float, default=0.2,
+                        help="share of input records that repeat an earlier one (0.2)")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic input (7)")
+    parser.add_argument("--crash-batch", type=int, default=2,
+                        help="micro-batch in which the query is crashed (2)")
+    parser.add_argument("--no-crash", action="store_true", help="skip the crash and restart")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the work folder (service data, checkpoint, logs)")
+    parser.set_defaults(handler=demo_command)
+
+
+def demo_pipeline(records: int, batch: int, dup_rate: float, seed: int, app_id: str,
+                  topic: str) -> PipelineFile:
+    return parse_pipeline(_PIPELINE.format(app_id=app_id, seed=seed, batch=batch,
+                                           records=records, dup_rate=dup_rate, topic=topic),
+                          "<demo>")
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    from dedup.config import ConfigError
+
+    if args.records < 1 or args.batch_size < 1:
+        raise ConfigError("--records and --batch-size must be >= 1")
+    progress = Progress(quiet=args.quiet)
+    workdir = Path(tempfile.mkdtemp(prefix="dedup-demo-"))
+    ok = False
+    try:
+        result = _run_demo(args, progress, workdir)
+        _print_summary(progress, args, result)
+        ok = result.ok
+        if not ok:
+            raise DemoFailedError(f"verification failed: lost {result.lost}, duplicated "
+                                  f"{result.duplicated}, phantoms {result.phantoms}, "
+                                  f"mismatched {result.mismatched}")
+        return 0
+    finally:
+        if args.keep or not ok:
+            progress.say(f"work folder kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> DemoResult:
+    from dedup.cli.spark_session import cli_spark_session
+    from dedup.failpoints import arm, fired
+    from dedup.kafka_io import ensure_topic
+    from dedup.local.services import KafkaBroker, RedisServer
+    from dedup.verify import verify_topic
+    from sources.synthetic_rows import SyntheticOptions, expected_output
+
+    app_id = f"dedup-demo-{int(time.time())}"
+    topic = "dedup-demo-out"
+    pipeline = demo_pipeline(args.records, args.batch_size, args.duplicate_rate, args.seed,
+                             app_id, topic)
+    redis = RedisServer(workdir / "redis", appendonly=True, appendfsync="always")
+    kafka = KafkaBroker(workdir / "kafka", heap_mb=384)
+    spark = None
+    try:
+        progress.say("starting Redis (AOF, fsync always) and Kafka (KRaft, single node)...")
+        redis.start()
+        kafka_error: list[BaseException] = []
+
+        def start_kafka() -> None:
+            try:
+                kafka.start()
+            except BaseException as exc:
+                kafka_error.append(exc)
+
+        # Kafka and Spark take ~10-20 s each to start: overlap them.
+        kafka_thread = threading.Thread(target=start_kafka, daemon=True)
+        kafka_thread.start()
+        progress.say("starting Spark (local[2])...")
+        spark = cli_spark_session(workdir / "logs", app_name="dedup-demo", master="local[2]",
+                                  shuffle_partitions=4, debug=args.debug)
+        kafka_thread.join()
+        if kafka_error:
+            raise kafka_error[0]
+        progress.say(f"redis {redis.url}, kafka {kafka.bootstrap_servers}; logs in "
+                     f"{workdir / 'logs'}")
+        addresses = Addresses(redis.url, kafka.bootstrap_servers, kafka.bootstrap_servers)
+        ensure_topic(kafka.bootstrap_servers, topic, 2)
+        options = SyntheticOptions(seed=args.seed, rows_per_batch=args.batch_size,
+                                   total_rows=args.records, duplicate_rate=args.duplicate_rate,
+                                   duplicate_gap_batches=2, key_skew=1.0, payload_bytes=48)
+        expected = {rid: payload.encode() for rid, payload in expected_output(options).items()}
+        progress.say(f"input: {args.records} synthetic records in batches of "
+                     f"{args.batch_size}, {args.records - len(expected)} of them duplicates")
+        failpoints = workdir / "failpoints"
+        checkpoint = str(workdir / "checkpoint")
+        crash = not args.no_crash and args.records > args.batch_size * args.crash_batch
+        if crash:
+            arm(failpoints, CRASH_POINT, action="raise", match={"batch": args.crash_batch})
+            progress.say(f"armed fail-point {CRASH_POINT} for batch {args.crash_batch}: the "
+                         "query will crash there, after producing, before the Kafka commit")
+        started = time.monotonic()
+        watcher = QueryWatcher(progress)
+        crashed = False
+        query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints))
+        try:
+            wait_for(query, watcher, lambda: _source_done(pipeline, watcher))
+        except Exception as exc:
+            hits = fired(failpoints, CRASH_POINT)
+            if not (crash and hits):
+                raise
+            crashed = True
+            context = hits[0].get("context", {})
+            progress.say(f"CRASH: the query failed at {CRASH_POINT} (batch "
+                         f"{context.get('batch')}, partition {context.get('partition')}): "
+                         f"{type(exc).__name__}")
+            progress.say("restarting the query from the same checkpoint...")
+            query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints))
+            wait_for(query, watcher, lambda: _source_done(pipeline, watcher))
+        finally:
+            if query.isActive:
+                query.stop()
+        seconds = time.monotonic() - started
+        if crash and not crashed:
+            raise DemoFailedError(f"the fail-point {CRASH_POINT} for batch {args.crash_batch} "
+                                  "never fired: the crash did not happen")
+        progress.say("verifying the output topic with a read_committed consumer...")
+        report = verify_topic(kafka.bootstrap_servers, topic, expected, compare_payloads=True,
+                              client_config=QUIET_KAFKA)
+        return DemoResult(
+            records_in=args.records, expected=report.expected, records_out=report.observed,
+            lost=report.lost, duplicated=report.duplicated, phantoms=report.phantoms,
+            mismatched=report.mismatched, open_transactions=report.open_transactions,
+            crashed=crashed, seconds=seconds,
+        )
+    finally:
+        progress.say("stopping Spark, Kafka and Redis...")
+        if spark is not None:
+            spark.stop()
+        kafka.stop()
+        redis.stop()
+
+
+def _print_summary(progress: Progress, args: argparse.Namespace, r: DemoResult) -> None:
+    rate = r.records_in / r.seconds if r.seconds > 0 else 0.0
+    crash = (f"yes, at {CRASH_POINT} in batch {args.crash_batch}; restarted from the checkpoint"
+             if r.crashed else "no")
+    lines = [
+        "dedup demo summary",
+        f"  records in          {r.records_in:>8}",
+        f"  duplicates dropped  {r.records_in - r.records_out:>8}",
+        f"  records out         {r.records_out:>8}   (expected {r.expected} distinct IDs)",
+        f"  lost                {r.lost:>8}",
+        f"  duplicated          {r.duplicated:>8}",
+        f"  phantoms            {r.phantoms:>8}   mismatched payloads {r.mismatched}, "
+        f"open transactions {r.open_transactions}",
+        f"  crash               {crash}",
+        f"  records/s           {rate:>8,.0f}   ({r.seconds:.1f} s of streaming)",
+        f"  result              {'OK: exactly once' if r.ok else 'FAILED'}",
+    ]
+    for line in lines:
+        progress.always(line)

@@ -1,0 +1,172 @@
+"""Compose source -> record IDs -> dedup -> exactly-once sink from a pipeline file.
+
+This is the one place that imports the core, the sources and the sinks
+together (the CLI composes; the packages never import each other upward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dedup.cli.checks import check_kafka, check_redis
+from dedup.cli.config_file import SYNTHETIC_KEYS, PipelineFile
+from dedup.config import BloomConfig, DedupConfig, RedisConfig, RetentionConfig
+from dedup.constants import DEFAULT_ID_COLUMN
+from dedup.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """Resolved service addresses (flags > pipeline file > services state file)."""
+
+    redis_url: str
+    source_bootstrap: str
+    sink_bootstrap: str
+
+
+def resolve_addresses(pipeline: PipelineFile, redis_url: str | None = None,
+                      bootstrap: str | None = None) -> Addresses:
+    """Fill empty addresses from flags, then from ``dedup services up``'s state file."""
+    from dedup.cli.services import service_addresses
+
+    state_redis, state_kafka = service_addresses()
+    redis = redis_url or pipeline.table("redis")["url"] or state_redis or ""
+    source_kafka = bootstrap or pipeline.table("source")["bootstrap_servers"] or state_kafka or ""
+    sink_kafka = bootstrap or pipeline.table("sink")["bootstrap_servers"] or state_kafka or ""
+    return Addresses(redis, source_kafka, sink_kafka)
+
+
+def check_services(pipeline: PipelineFile, addresses: Addresses) -> None:
+    """Fail fast, naming the address and the fix, when a needed service is unreachable."""
+    if pipeline.table("dedup")["enabled"] or pipeline.table("sink")["type"] == "kafka":
+        check_redis(addresses.redis_url, what="redis.url (or --redis-url)")
+    if pipeline.table("source")["type"] == "kafka":
+        check_kafka(addresses.source_bootstrap,
+                    what="source.bootstrap_servers (or --bootstrap)")
+    if pipeline.table("sink")["type"] == "kafka":
+        check_kafka(addresses.sink_bootstrap, what="sink.bootstrap_servers (or --bootstrap)")
+
+
+def dedup_config(pipeline: PipelineFile, redis_url: str,
+                 failpoint_dir: str | None = None) -> DedupConfig:
+    """The :class:`DedupConfig` of ``[dedup]`` and ``[redis]``."""
+    from dedup.config import FailPointConfig
+
+    table = pipeline.table("dedup")
+    return DedupConfig(
+        app_id=pipeline.app_id,
+        redis=RedisConfig(url=redis_url,
+                          require_persistence=pipeline.table("redis")["require_persistence"]),
+        id_column=DEFAULT_ID_COLUMN,
+        num_shards=table["num_shards"],
+        bloom=BloomConfig(enabled=table["bloom_enabled"], capacity=table["bloom_capacity"],
+                          error_rate=table["bloom_error_rate"]),
+        retention=RetentionConfig(
+            horizon_seconds=table["retention_horizon_seconds"],
+            bucket_seconds=table["retention_bucket_seconds"],
+            event_time_column=table["event_time_column"] or None,
+            late_policy=table["late_policy"],
+        ),
+        fail_points=FailPointConfig(failpoint_dir),
+        allow_shared_app_id=table["allow_shared_app_id"],
+    )
+
+
+def source_frame(spark: SparkSession, pipeline: PipelineFile, addresses: Addresses,
+                 ) -> DataFrame:
+    """The source DataFrame with the ``_record_id`` column of ``[ids]``."""
+    from sources.files import read_files
+    from sources.kafka import read_kafka
+    from sources.record_ids import attach_record_id
+    from sources.synthetic import synthetic_stream
+    from sources.synthetic_rows import SyntheticOptions
+
+    src = pipeline.table("source")
+    ids = pipeline.table("ids")
+    kind = src["type"]
+    if kind == "synthetic":
+        options = SyntheticOptions(**{key: src[key] for key in SYNTHETIC_KEYS})
+        frame = synthetic_stream(spark, options)
+        return attach_record_id(frame, ids["strategy"] or "column",
+                                column=ids["column"] or "event_id", columns=ids["columns"])
+    if kind == "kafka":
+        if not src["topics"]:
+            raise ConfigError("source.topics is required for source.type = \"kafka\"")
+        return read_kafka(
+            spark, addresses.source_bootstrap, src["topics"],
+            id_strategy=ids["strategy"] or "coordinates", key_column=ids["column"] or None,
+            columns=ids["columns"] or None, header=ids["header"],
+            starting_offsets=src["starting_offsets"],
+            max_offsets_per_trigger=src["max_offsets_per_trigger"] or None,
+        )
+    if not src["path"] or not src["schema"]:
+        raise ConfigError("source.path and source.schema are required for source.type = "
+                          "\"files\"")
+    return read_files(spark, src["path"], format=src["format"], schema=src["schema"],
+                      id_strategy=ids["strategy"] or "columns",
+                      key_column=ids["column"] or None, columns=ids["columns"] or None,
+                      max_files_per_trigger=src["max_files_per_trigger"] or None)
+
+
+def sink_frame(frame: DataFrame, pipeline: PipelineFile) -> DataFrame:
+    """Project to the sink's columns: ``key``, ``value`` and ``_record_id``."""
+    from pyspark.sql import functions as sf
+
+    sink = pipeline.table("sink")
+    columns = [c for c in frame.columns if c != DEFAULT_ID_COLUMN]
+    if sink["value_column"]:
+        if sink["value_column"] not in frame.columns:
+            raise ConfigError(f"sink.value_column {sink['value_column']!r} is not a column; "
+                              f"available: {', '.join(columns)}")
+        value = sf.col(sink["value_column"]).cast("string")
+    elif "value" in frame.columns:
+        value = sf.col("value")
+    else:
+        value = sf.to_json(sf.struct(*[sf.col(c) for c in columns]))
+    selected = [value.alias("value"), sf.col(DEFAULT_ID_COLUMN)]
+    key = sink["key_column"]
+    if key and key in frame.columns:
+        selected.insert(0, sf.col(key).cast("string").alias("key"))
+    elif key and key != "key":
+        raise ConfigError(f"sink.key_column {key!r} is not a column; available: "
+                          f"{', '.join(columns)} (set it to \"\" for no key)")
+    return frame.select(*selected)
+
+
+def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresses,
+                checkpoint: str, failpoint_dir: str | None = None) -> StreamingQuery:
+    """Build the pipeline and start it from ``checkpoint`` (resumes when it exists)."""
+    frame = source_frame(spark, pipeline, addresses)
+    if pipeline.table("dedup")["enabled"]:
+        from dedup import deduplicate  # type: ignore[attr-defined]
+
+        frame = deduplicate(frame, dedup_config(pipeline, addresses.redis_url, failpoint_dir))
+    out = sink_frame(frame, pipeline)
+    run = pipeline.table("run")
+    writer: Any
+    sink = pipeline.table("sink")
+    if sink["type"] == "console":
+        writer = out.writeStream.format("console").option("truncate", "false")
+    else:
+        import sinks
+
+        sinks.register(spark)
+        options = {
+            "app_id": pipeline.app_id,
+            "kafka.bootstrap.servers": addresses.sink_bootstrap,
+            "topic": sink["topic"],
+            "redis.url": addresses.redis_url,
+            "redis.require_persistence": str(pipeline.table("redis")["require_persistence"]),
+            **{str(k): str(v) for k, v in sink["options"].items()},
+        }
+        if failpoint_dir:
+            options["failpoint.dir"] = failpoint_dir
+        writer = out.writeStream.format("exactly_once_kafka").options(**options)
+    writer = writer.option("checkpointLocation", checkpoint).queryName(pipeline.app_id)
+    writer = writer.trigger(processingTime=f"{run['trigger_seconds']} seconds")
+    return writer.start()

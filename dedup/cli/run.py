@@ -1,0 +1,129 @@
+"""``dedup run CONFIG``: run a pipeline described in a TOML file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from dedup.cli.checks import QUIET_KAFKA
+from dedup.cli.config_file import PipelineFile, example_path, load_pipeline
+from dedup.cli.pipeline import Addresses, check_services, resolve_addresses, start_query
+from dedup.cli.progress import Progress, QueryWatcher, wait_for
+from dedup.exceptions import ConfigError
+from dedup.local.paths import cache_dir
+
+
+def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
+    parser = sub.add_parser(
+        "run", parents=[parent], help="run a pipeline described in a TOML file",
+        description="Run source -> record IDs -> dedup -> exactly-once Kafka sink as described "
+                    "in a TOML pipeline file. Empty service addresses are taken from "
+                    "'dedup services up'.",
+    )
+    parser.add_argument("config", nargs="?", help="pipeline file (TOML)")
+    parser.add_argument("--example", action="store_true",
+                        help=f"run the shipped example ({example_path()})")
+    parser.add_argument("--redis-url", help="Redis of the ID catalog and sink checkpoints")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (source and sink)")
+    parser.add_argument("--checkpoint", help="Spark checkpoint folder "
+                        "(default: <cache>/runs/<app_id>/checkpoint)")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop after this long (overrides run.max_seconds)")
+    parser.add_argument("--verify", action="store_true",
+                        help="synthetic source only: check the output topic against the "
+                             "expected records at the end")
+    parser.set_defaults(handler=run_command)
+
+
+def _source_done(pipeline: PipelineFile, watcher: QueryWatcher) -> bool:
+    """A finite synthetic source is done once a batch ended at its last row."""
+    src = pipeline.table("source")
+    if src["type"] != "synthetic" or not src["total_rows"] or watcher.last_progress is None:
+        return False
+    for source in watcher.last_progress.get("sources") or []:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if isinstance(end, dict) and int(end.get("row", -1)) >= src["total_rows"]:
+            return True
+    return False
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if args.example == bool(args.config):
+        raise ConfigError("give either a pipeline file or --example (not both, not neither): "
+                          "dedup run path/to/pipeline.toml")
+    pipeline = load_pipeline(example_path() if args.example else args.config)
+    addresses = resolve_addresses(pipeline, args.redis_url, args.bootstrap)
+    check_services(pipeline, addresses)
+    return run_pipeline(pipeline, addresses, args)
+
+
+def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Namespace) -> int:
+    from dedup.cli.spark_session import cli_spark_session
+    from dedup.kafka_io import ensure_topic
+
+    progress = Progress(quiet=args.quiet)
+    run = pipeline.table("run")
+    sink = pipeline.table("sink")
+    base = cache_dir() / "runs" / pipeline.app_id
+    checkpoint = args.checkpoint or pipeline.tables[""]["checkpoint"] or str(base / "checkpoint")
+    if sink["type"] == "kafka":
+        ensure_topic(addresses.sink_bootstrap, sink["topic"], sink["partitions"])
+    progress.say(f"pipeline {pipeline.app_id}: {pipeline.table('source')['type']} source -> "
+                 f"{'dedup -> ' if pipeline.table('dedup')['enabled'] else ''}"
+                 f"{sink['type']} sink {sink['topic'] or ''}; checkpoint {checkpoint}")
+    progress.say("starting Spark...")
+    spark = cli_spark_session(Path(base) / "logs", app_name=f"dedup-run-{pipeline.app_id}",
+                              master=run["master"], shuffle_partitions=run["shuffle_partitions"],
+                              debug=args.debug)
+    started = time.monotonic()
+    watcher = QueryWatcher(progress)
+    query = start_query(spark, pipeline, addresses, checkpoint)
+    max_seconds = args.max_seconds if args.max_seconds is not None else run["max_seconds"]
+    idle = run["stop_after_idle_seconds"]
+
+    def done() -> bool:
+        if _source_done(pipeline, watcher):
+            return True
+        return idle > 0 and time.monotonic() - watcher.idle_since > idle
+
+    try:
+        wait_for(query, watcher, done, max_seconds=max_seconds)
+    except KeyboardInterrupt:
+        progress.say("interrupted: stopping the query (it resumes from the checkpoint)")
+    finally:
+        if query.isActive:
+            query.stop()
+    elapsed = time.monotonic() - started
+    rate = watcher.rows / elapsed if elapsed > 0 else 0.0
+    progress.always(f"dedup run {pipeline.app_id}: {watcher.batches} batches, "
+                    f"{watcher.rows} records in, {elapsed:.1f} s, {rate:,.0f} records/s")
+    if args.verify:
+        return _verify(pipeline, addresses, progress)
+    return 0
+
+
+def _verify(pipeline: PipelineFile, addresses: Addresses, progress: Progress) -> int:
+    from dedup.cli.config_file import SYNTHETIC_KEYS
+    from dedup.verify import verify_topic
+    from sources.synthetic_rows import SyntheticOptions, expected_output
+
+    src = pipeline.table("source")
+    if src["type"] != "synthetic" or not src["total_rows"]:
+        raise ConfigError("--verify needs a synthetic source with total_rows set; for other "
+                          "sources use 'dedup verify --topic ...'")
+    options = SyntheticOptions(**{key: src[key] for key in SYNTHETIC_KEYS})
+    expected = {rid: payload.encode() for rid, payload in expected_output(options).items()}
+    sink = pipeline.table("sink")
+    report = verify_topic(addresses.sink_bootstrap, sink["topic"], expected,
+                          compare_payloads=sink["value_column"] == "payload",
+                          client_config=QUIET_KAFKA)
+    progress.always(f"verify: {report.summary()}")
+    return 0 if report.ok else 1
