@@ -1,6 +1,9 @@
 """Exactly-once deduplication for PySpark Structured Streaming."""
 
 from dedup._version import __version__
+from dedup.bloom import FilterCache, ShardFilter
+from dedup.catalog import RedisCatalog
+from dedup.claim import ShardClaimer, ShardOutcome
 from dedup.config import (
     BloomConfig,
     DedupConfig,
@@ -21,6 +24,9 @@ from dedup.exceptions import (
     ShardCountMismatchError,
     UnsafeSettingError,
 )
+from dedup.ids import with_record_id
+from dedup.metrics import DedupMetrics
+from dedup.operator import Deduplicator, deduplicate, metric_name
 
 __all__ = [
     "AppIdInUseError",
@@ -30,14 +36,24 @@ __all__ = [
     "ConfigError",
     "DedupConfig",
     "DedupError",
+    "DedupMetrics",
+    "Deduplicator",
     "FailPointConfig",
+    "FilterCache",
     "LatePolicy",
     "MissingToolError",
     "RecordIdError",
+    "RedisCatalog",
     "RedisConfig",
     "RetentionConfig",
     "ServiceError",
+    "ShardClaimer",
     "ShardCountMismatchError",
+    "ShardFilter",
+    "ShardOutcome",
     "UnsafeSettingError",
     "__version__",
+    "deduplicate",
+    "metric_name",
+    "with_record_id",
 ]

@@ -226,6 +226,14 @@ class DedupConfig:
         :class:`FailPointConfig`.
     allow_shared_app_id:
         Skip the check that no other live query uses this app id.
+    lease_seconds:
+        A streaming query owns the app id while it claimed within this many
+        seconds; a claim from another query id in that window fails with
+        :class:`~dedup.exceptions.AppIdInUseError`. Released when the query
+        terminates cleanly.
+    journal_versions:
+        Versions of newly claimed IDs kept per shard so a Bloom filter that is
+        a few claims behind can catch up instead of being bypassed.
     """
 
     app_id: str
@@ -236,9 +244,16 @@ class DedupConfig:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     fail_points: FailPointConfig = field(default_factory=FailPointConfig)
     allow_shared_app_id: bool = False
+    lease_seconds: float = 60.0
+    journal_versions: int = 64
 
     def __post_init__(self) -> None:
         validate_app_id(self.app_id)
+        if not self.lease_seconds >= 0:
+            raise ConfigError(f"lease_seconds must be >= 0, not {self.lease_seconds!r}")
+        if not isinstance(self.journal_versions, int) or not 1 <= self.journal_versions <= 1000:
+            raise ConfigError(f"journal_versions must be an integer in 1..1000, not "
+                              f"{self.journal_versions!r}")
         if not isinstance(self.num_shards, int) or not 1 <= self.num_shards <= MAX_SHARDS:
             raise ConfigError(f"num_shards must be an integer in 1..{MAX_SHARDS}, not "
                               f"{self.num_shards!r}")

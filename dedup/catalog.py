@@ -1,0 +1,297 @@
+"""The authoritative ID catalog in Redis: key names and the atomic Lua steps.
+
+Every key one Lua call touches shares the hash tag ``{<app>:s<shard>}``, so a
+call stays within one Redis Cluster slot:
+
+``dedup:{app:s3}:state``      hash: epoch, version, n (shards), owner, seen
+``dedup:{app:s3}:dec``        hash: ``<query id>:<batch>`` -> ``<version>|<kept ids>``
+``dedup:{app:s3}:jr``         hash: version -> IDs newly claimed at that version
+``dedup:{app:s3}:ids:<b>``    SET of IDs claimed in time bucket ``b`` (expires)
+``dedup:{app}:meta``          hash: num_shards recorded on first use
+
+Clients are created lazily, one per worker process and URL, and the scripts
+are registered once per client (redis-py reloads them on NOSCRIPT).
+"""
+
+from __future__ import annotations
+
+import pkgutil
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from dedup.config import DedupConfig, RedisConfig, redact_url
+from dedup.constants import KEY_PREFIX
+from dedup.exceptions import (
+    AppIdInUseError,
+    CatalogStateError,
+    CatalogUnavailableError,
+    ShardCountMismatchError,
+    UnsafeSettingError,
+)
+
+
+def shard_tag(app_id: str, shard: int) -> str:
+    """Hash tag shared by every key of one shard."""
+    return f"{{{app_id}:s{shard}}}"
+
+
+def state_key(app_id: str, shard: int) -> str:
+    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:state"
+
+
+def decisions_key(app_id: str, shard: int) -> str:
+    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:dec"
+
+
+def journal_key(app_id: str, shard: int) -> str:
+    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:jr"
+
+
+def bucket_key(app_id: str, shard: int, bucket: int) -> str:
+    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:ids:{bucket}"
+
+
+def meta_key(app_id: str) -> str:
+    return f"{KEY_PREFIX}:{{{app_id}}}:meta"
+
+
+def live_buckets(config: DedupConfig, now: float) -> list[int]:
+    """Bucket numbers a lookup at ``now`` checks, the current one first."""
+    current = int(now) // config.retention.bucket_seconds
+    return [current - i for i in range(config.retention.live_buckets)]
+
+
+def _script(name: str) -> str:
+    # pkgutil works from an installed package, a checkout and a zip on the
+    # executors' path alike (importlib.resources tripped over a namespace path)
+    data = pkgutil.get_data("dedup", f"lua/{name}")
+    if data is None:
+        raise CatalogStateError(f"Lua script dedup/lua/{name} is missing from the package")
+    return data.decode()
+
+
+_CLIENTS: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
+    """This process's client for ``redis_config`` and its registered scripts."""
+    key = (redis_config.url, repr(sorted(redis_config.options.items())))
+    with _CLIENTS_LOCK:
+        found = _CLIENTS.get(key)
+        if found is None:
+            client = redis_config.client()
+            scripts = {name: client.register_script(_script(f"{name}.lua"))
+                       for name in ("claim", "snapshot", "gc")}
+            found = _CLIENTS[key] = (client, scripts)
+        return found
+
+
+@contextmanager
+def redis_errors(redis_config: RedisConfig, what: str) -> Iterator[None]:
+    """Turn redis-py errors into this toolkit's, naming the (redacted) URL."""
+    import redis
+
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise CatalogUnavailableError(
+            f"Redis at {redact_url(redis_config.url)} is unreachable during {what} "
+            f"({type(exc).__name__}: {exc}); the batch fails and Spark retries it. Check that "
+            "Redis runs and the URL, password and TLS settings are right"
+        ) from exc
+    except redis.exceptions.ResponseError as exc:
+        raise CatalogStateError(
+            f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class ClaimReply:
+    """What one claim returned.
+
+    ``replay`` is True when the decision of this (query, batch, shard) was
+    already recorded; then ``kept`` is that decision and the tag fields are
+    meaningless. ``mode`` says how Bloom negatives were judged: ``trust``,
+    ``journal`` (filter caught up with ``catch_up``) or ``full`` (not used).
+    """
+
+    kept: list[str]
+    replay: bool
+    epoch: str
+    version: int
+    catch_up: list[str]
+    mode: str
+    lookups: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every live ID of a shard at ``(epoch, version)``."""
+
+    epoch: str
+    version: int
+    ids: list[str]
+
+
+def _split(blob: bytes | str) -> list[str]:
+    text = blob.decode() if isinstance(blob, bytes) else blob
+    return text.split("\n") if text else []
+
+
+class RedisCatalog:
+    """The catalog of one app id. Picklable: holds only the config.
+
+    Every method is one round trip (one Lua call or one pipeline); a failure
+    raises :class:`CatalogUnavailableError` (retriable) and changes nothing
+    that a retry would not undo.
+    """
+
+    def __init__(self, config: DedupConfig) -> None:
+        self.config = config
+
+    def _run(self, name: str, keys: list[str], args: list[Any], what: str) -> Any:
+        _client, scripts = client_and_scripts(self.config.redis)
+        with redis_errors(self.config.redis, what):
+            return scripts[name](keys=keys, args=args)
+
+    def _check_status(self, reply: list[Any], shard: int) -> str:
+        status = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+        if status == "SHARDS":
+            raise ShardCountMismatchError(
+                f"app id {self.config.app_id!r} shard {shard} was created with "
+                f"num_shards={int(reply[1])} but this pipeline uses "
+                f"num_shards={self.config.num_shards}: use the recorded count or a new app id"
+            )
+        if status == "INUSE":
+            owner = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
+            raise AppIdInUseError(
+                f"app id {self.config.app_id!r} is in use by streaming query {owner} (it "
+                f"claimed within the last {self.config.lease_seconds:g} s): give this "
+                "pipeline its own app id, stop the other query, or set "
+                "DedupConfig(allow_shared_app_id=True) if both are the same pipeline"
+            )
+        return status
+
+    def claim(self, shard: int, decision: str, tag: tuple[str, int] | None,
+              negatives: list[str], positives: list[str], lease_owner: str,
+              now: float) -> ClaimReply:
+        """The atomic, idempotent claim of one (query, batch, shard); see ``claim.lua``."""
+        app, cfg = self.config.app_id, self.config
+        buckets = live_buckets(cfg, now)
+        keys = [state_key(app, shard), decisions_key(app, shard), journal_key(app, shard)]
+        keys += [bucket_key(app, shard, b) for b in buckets]
+        expire_at = (buckets[0] + 1) * cfg.retention.bucket_seconds + cfg.retention.horizon_seconds
+        args: list[Any] = [
+            decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
+            cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
+            cfg.lease_seconds, cfg.journal_versions, uuid.uuid4().hex, len(negatives),
+        ]
+        args.extend(negatives)
+        args.extend(positives)
+        reply = self._run("claim", keys, args, f"the claim of shard {shard} ({decision})")
+        status = self._check_status(reply, shard)
+        if status == "REPLAY":
+            recorded = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
+            _version, _, blob = recorded.partition("|")
+            return ClaimReply(_split(blob), True, "", -1, [], "replay", 0)
+        if status != "OK":
+            raise CatalogStateError(f"unexpected claim reply {status!r} for shard {shard}")
+        text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]
+        return ClaimReply(kept=_split(text[2]), replay=False, epoch=text[0],
+                          version=int(text[1]), catch_up=_split(text[3]), mode=text[4],
+                          lookups=int(text[5]))
+
+    def snapshot(self, shard: int, now: float) -> Snapshot:
+        """All live IDs of ``shard`` and the version they reflect (one atomic read)."""
+        app = self.config.app_id
+        keys = [state_key(app, shard)]
+        keys += [bucket_key(app, shard, b) for b in live_buckets(self.config, now)]
+        reply = self._run("snapshot", keys, [uuid.uuid4().hex, self.config.num_shards],
+                          f"the Bloom snapshot of shard {shard}")
+        self._check_status(reply, shard)
+        text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]
+        return Snapshot(text[0], int(text[1]), text[2:])
+
+    def collect_garbage(self, query_id: str, before_batch: int) -> int:
+        """Delete decisions of ``query_id`` for batches ``< before_batch``, all shards.
+
+        Safe to repeat. Call only with a batch Spark has committed (invariant 7).
+        """
+        client, scripts = client_and_scripts(self.config.redis)
+        with redis_errors(self.config.redis, "garbage collection"):
+            pipe = client.pipeline(transaction=False)
+            for shard in range(self.config.num_shards):
+                scripts["gc"](keys=[decisions_key(self.config.app_id, shard)],
+                              args=[query_id, before_batch], client=pipe)
+            return sum(int(x) for x in pipe.execute())
+
+    def release(self, query_id: str) -> None:
+        """Give up the app-id lease of ``query_id`` (its query stopped). Safe to repeat."""
+        client, _ = client_and_scripts(self.config.redis)
+        with redis_errors(self.config.redis, "releasing the app id"):
+            pipe = client.pipeline(transaction=False)
+            for shard in range(self.config.num_shards):
+                key = state_key(self.config.app_id, shard)
+                pipe.hget(key, "owner")
+            owners = pipe.execute()
+            pipe = client.pipeline(transaction=False)
+            for shard, owner in enumerate(owners):
+                if owner is not None and owner.decode() == query_id:
+                    pipe.hset(state_key(self.config.app_id, shard), "seen", 0)
+            pipe.execute()
+
+    def catalog_size(self, now: float) -> int:
+        """IDs currently remembered (SCARD over live buckets of all shards, one pipeline)."""
+        client, _ = client_and_scripts(self.config.redis)
+        with redis_errors(self.config.redis, "reading the catalog size"):
+            pipe = client.pipeline(transaction=False)
+            for shard in range(self.config.num_shards):
+                for bucket in live_buckets(self.config, now):
+                    pipe.scard(bucket_key(self.config.app_id, shard, bucket))
+            return sum(int(x) for x in pipe.execute())
+
+    def check_setup(self) -> None:
+        """Driver-side checks: reachable, persistent (unless allowed), shard count.
+
+        Records ``num_shards`` on first use. Safe to repeat.
+        """
+        client, _ = client_and_scripts(self.config.redis)
+        cfg = self.config
+        url = redact_url(cfg.redis.url)
+        with redis_errors(cfg.redis, "the start-up check"):
+            client.ping()
+            if cfg.redis.require_persistence:
+                _check_persistence(client, url)
+            client.hsetnx(meta_key(cfg.app_id), "num_shards", cfg.num_shards)
+            recorded = int(client.hget(meta_key(cfg.app_id), "num_shards"))
+        if recorded != cfg.num_shards:
+            raise ShardCountMismatchError(
+                f"app id {cfg.app_id!r} was created with num_shards={recorded} but this "
+                f"pipeline uses num_shards={cfg.num_shards}: use num_shards={recorded} or a "
+                "new app id (changing the count would re-shard IDs and let duplicates through)"
+            )
+
+
+def _check_persistence(client: Any, url: str) -> None:
+    import redis
+
+    fix = ("enable it with `CONFIG SET appendonly yes` / `appendonly yes` in redis.conf, "
+           "or set RedisConfig(require_persistence=False)")
+    try:
+        value = client.config_get("appendonly").get("appendonly")
+    except redis.exceptions.ResponseError as exc:
+        raise UnsafeSettingError(
+            f"Redis at {url} refused CONFIG GET appendonly ({exc}), so persistence cannot be "
+            "verified; if persistence is known to be on (managed Redis), set "
+            "RedisConfig(require_persistence=False)"
+        ) from exc
+    if value != "yes" and value != b"yes":
+        raise UnsafeSettingError(
+            f"Redis at {url} has appendonly=no: a restart would forget claimed IDs; {fix}"
+        )
+

@@ -1,0 +1,118 @@
+"""Shard-level claim: Bloom filter split, one catalog call, filter upkeep.
+
+This is the part of the operator that runs per (batch, shard) inside a
+Python worker, without Spark, so it can be driven directly by tests. It
+talks to any object with the :class:`Catalog` interface
+(:class:`dedup.catalog.RedisCatalog` in production).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from dedup.bloom import WORKER_FILTERS, FilterCache, ShardFilter
+from dedup.catalog import ClaimReply, RedisCatalog, Snapshot
+from dedup.config import DedupConfig
+
+
+class Catalog(Protocol):
+    """What the claim logic needs from the catalog (one round trip per call)."""
+
+    def claim(self, shard: int, decision: str, tag: tuple[str, int] | None,
+              negatives: list[str], positives: list[str], lease_owner: str,
+              now: float) -> ClaimReply: ...
+
+    def snapshot(self, shard: int, now: float) -> Snapshot: ...
+
+
+@dataclass(frozen=True)
+class ShardOutcome:
+    """Result of one (batch, shard) claim.
+
+    ``kept`` are the IDs this batch keeps (first occurrence); every other
+    candidate is a duplicate seen by the catalog. ``round_trips`` counts the
+    catalog calls made (1 in steady state, 2 when the filter was (re)built).
+    """
+
+    kept: frozenset[str]
+    replay: bool
+    bloom_positives: int
+    false_positives: int
+    round_trips: int
+    lookups: int
+    mode: str
+
+
+class ShardClaimer:
+    """Claims candidate IDs of one shard, keeping this worker's Bloom filter current.
+
+    Parameters
+    ----------
+    config:
+        The operator's :class:`DedupConfig`.
+    catalog:
+        Defaults to a :class:`RedisCatalog` of ``config``.
+    filters:
+        Filter cache; defaults to this worker's :data:`dedup.bloom.WORKER_FILTERS`.
+    """
+
+    def __init__(self, config: DedupConfig, catalog: Catalog | None = None,
+                 filters: FilterCache | None = None) -> None:
+        self.config = config
+        self.catalog: Catalog = catalog if catalog is not None else RedisCatalog(config)
+        self.filters = filters if filters is not None else WORKER_FILTERS
+
+    def claim(self, query_id: str, batch_id: str | int, shard: int, ids: list[str],
+              lease_owner: str = "", now: float | None = None) -> ShardOutcome:
+        """Claim ``ids`` (unique, all of ``shard``) for batch ``batch_id`` of ``query_id``.
+
+        Safe to repeat: a repeat of the same (query, batch, shard) returns the
+        recorded decision. Raises what the catalog raises (the batch fails).
+        """
+        now = time.time() if now is None else now
+        round_trips = 0
+        bf: ShardFilter | None = None
+        if self.config.bloom.enabled:
+            bf = self.filters.get(self.config.app_id, shard)
+            if bf is None:
+                bf = self._rebuild(shard, now, self.config.bloom.capacity)
+                round_trips += 1
+        negatives, positives = bf.split(ids) if bf is not None else (ids, [])
+        reply = self.catalog.claim(shard, f"{query_id}:{batch_id}",
+                                   bf.tag if bf is not None else None,
+                                   negatives, positives, lease_owner, now)
+        round_trips += 1
+        kept = frozenset(reply.kept)
+        if bf is not None and not reply.replay:
+            round_trips += self._update_filter(bf, shard, reply, now)
+        if reply.replay:
+            # The filter already holds this batch's claims: hits say nothing.
+            positives = []
+        false_positives = sum(1 for key in positives if key in kept)
+        return ShardOutcome(kept, reply.replay, len(positives), false_positives,
+                            round_trips, reply.lookups, reply.mode)
+
+    def _update_filter(self, bf: ShardFilter, shard: int, reply: ClaimReply,
+                       now: float) -> int:
+        """Bring ``bf`` to the reply's version; returns extra round trips (0 or 1)."""
+        if reply.mode in ("trust", "journal") and reply.epoch == bf.epoch:
+            additions = reply.catch_up + reply.kept
+            if bf.has_room(len(additions)) and bf.add_all(additions):
+                bf.retag(reply.epoch, reply.version)
+                return 0
+            self._rebuild(shard, now, bf.capacity * 2)
+            return 1
+        # The filter missed claims it can no longer catch up with (other epoch,
+        # journal trimmed): it is stale, rebuild it from the catalog.
+        self._rebuild(shard, now, bf.capacity)
+        return 1
+
+    def _rebuild(self, shard: int, now: float, capacity: int) -> ShardFilter:
+        snap = self.catalog.snapshot(shard, now)
+        capacity = max(capacity, 2 * len(snap.ids), 1)
+        bf = ShardFilter(capacity, self.config.bloom.error_rate, snap.epoch, snap.version)
+        bf.add_all(snap.ids)
+        self.filters.put(self.config.app_id, shard, bf)
+        return bf

@@ -1,0 +1,118 @@
+-- Atomic, idempotent claim of one (app, batch, shard): check candidates,
+-- add the new IDs, record the decision, bump the shard version.
+--
+-- KEYS[1] state hash (epoch, version, n, owner, seen)
+-- KEYS[2] decisions hash ("<qid>:<batch>" -> "<version>|<kept ids>")
+-- KEYS[3] journal hash (version -> ids claimed at that version)
+-- KEYS[4] current time bucket SET; KEYS[5..] older live bucket SETs
+-- ARGV[1] decision field       ARGV[2] client filter epoch ("" = no filter)
+-- ARGV[3] client version (-1)  ARGV[4] now (unix seconds)
+-- ARGV[5] expire-at of the current bucket
+-- ARGV[6] num shards           ARGV[7] lease owner query id ("" = exempt)
+-- ARGV[8] lease seconds        ARGV[9] journal versions kept
+-- ARGV[10] epoch to use if the shard is new
+-- ARGV[11] number of Bloom negatives; ARGV[12..] candidate IDs, negatives first
+-- Returns {status, ...}; "OK": {epoch, version, kept, catch-up, mode, lookups}
+
+local state, dec, jr = KEYS[1], KEYS[2], KEYS[3]
+local field = ARGV[1]
+
+local prev = redis.call('HGET', dec, field)
+if prev then
+  return {'REPLAY', prev}
+end
+
+local st = redis.call('HMGET', state, 'epoch', 'version', 'n', 'owner', 'seen')
+local epoch = st[1]
+local version = tonumber(st[2] or '0')
+if st[3] and st[3] ~= ARGV[6] then
+  return {'SHARDS', st[3]}
+end
+local now = tonumber(ARGV[4])
+local qid = ARGV[7]
+if qid ~= '' then
+  if st[4] and st[4] ~= qid and st[4] ~= '' and now - tonumber(st[5] or '0') < tonumber(ARGV[8]) then
+    return {'INUSE', st[4]}
+  end
+end
+if not epoch then
+  epoch = ARGV[10]
+  redis.call('HSET', state, 'epoch', epoch, 'version', 0, 'n', ARGV[6])
+end
+if qid ~= '' then
+  redis.call('HSET', state, 'owner', qid, 'seen', ARGV[4])
+end
+
+local keep = tonumber(ARGV[9])
+local cver = tonumber(ARGV[3])
+local mode = 'full'
+local catch = {}
+local journal = nil
+if ARGV[2] == epoch and cver == version then
+  mode = 'trust'
+elseif ARGV[2] == epoch and cver >= 0 and cver < version and version - cver <= keep then
+  local fields = {}
+  for v = cver + 1, version do fields[#fields + 1] = tostring(v) end
+  local entries = redis.call('HMGET', jr, unpack(fields))
+  local complete = true
+  for i = 1, #entries do
+    if not entries[i] then complete = false; break end
+  end
+  if complete then
+    mode = 'journal'
+    journal = {}
+    for i = 1, #entries do
+      catch[#catch + 1] = entries[i]
+      for id in string.gmatch(entries[i], '[^\n]+') do journal[id] = true end
+    end
+  end
+end
+
+local nneg = tonumber(ARGV[11])
+local first, last = 12, #ARGV
+local new = {}
+local need = {}
+for i = first, last do
+  local id = ARGV[i]
+  if i < first + nneg and mode == 'trust' then
+    new[id] = true
+  elseif i < first + nneg and mode == 'journal' then
+    if not journal[id] then new[id] = true end
+  else
+    need[#need + 1] = id
+  end
+end
+
+-- Full catalog check of the rest, SMISMEMBER in chunks over the live buckets.
+local CHUNK = 5000
+local found = {}
+for k = 4, #KEYS do
+  for s = 1, #need, CHUNK do
+    local e = math.min(s + CHUNK - 1, #need)
+    local r = redis.call('SMISMEMBER', KEYS[k], unpack(need, s, e))
+    for j = 1, #r do
+      if r[j] == 1 then found[need[s + j - 1]] = true end
+    end
+  end
+end
+for i = 1, #need do
+  if not found[need[i]] then new[need[i]] = true end
+end
+
+local kept = {}
+for i = first, last do
+  if new[ARGV[i]] then kept[#kept + 1] = ARGV[i] end
+end
+local blob = table.concat(kept, '\n')
+if #kept > 0 then
+  for s = 1, #kept, CHUNK do
+    redis.call('SADD', KEYS[4], unpack(kept, s, math.min(s + CHUNK - 1, #kept)))
+  end
+  redis.call('EXPIREAT', KEYS[4], ARGV[5])
+  version = version + 1
+  redis.call('HSET', jr, tostring(version), blob)
+  redis.call('HDEL', jr, tostring(version - keep))
+  redis.call('HSET', state, 'version', version)
+end
+redis.call('HSET', dec, field, tostring(version) .. '|' .. blob)
+return {'OK', epoch, tostring(version), blob, table.concat(catch, '\n'), mode, tostring(#need)}

@@ -1,0 +1,102 @@
+"""Per-batch metrics of the dedup operator.
+
+The operator's Arrow step marks every row with small status columns; Spark's
+``observe`` sums them per batch, so they appear in
+``query.lastProgress["observedMetrics"][<name>]`` and in the listener events,
+and :class:`DedupMetrics` reads them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+STATUS_COLUMN = "_dedup_status"
+LATE_COLUMN = "_dedup_late"
+BLOOM_POSITIVE_COLUMN = "_dedup_bloom_pos"
+FALSE_POSITIVE_COLUMN = "_dedup_bloom_fp"
+ROUND_TRIP_COLUMN = "_dedup_round_trips"
+LOOKUP_COLUMN = "_dedup_lookups"
+STATUS_COLUMNS = (STATUS_COLUMN, LATE_COLUMN, BLOOM_POSITIVE_COLUMN, FALSE_POSITIVE_COLUMN,
+                  ROUND_TRIP_COLUMN, LOOKUP_COLUMN)
+
+KEPT, DUP_IN_BATCH, DUP_CATALOG, LATE_DROPPED = 0, 1, 2, 3
+"""Values of the status column."""
+
+
+@dataclass(frozen=True)
+class DedupMetrics:
+    """What the operator did in one batch (or, for a batch job, in one run).
+
+    Attributes
+    ----------
+    records_in:
+        Rows that entered the operator.
+    kept:
+        Rows passed on (first occurrence of a new ID).
+    duplicates_in_batch, duplicates_catalog:
+        Dropped because the ID occurred earlier in the same batch / was
+        already in the catalog (an earlier batch, another query, a replay).
+    late_dropped, late_passed:
+        Rows older than the retention horizon, dropped / checked and passed.
+    bloom_positives, bloom_false_positives:
+        Bloom hits, and hits the catalog then called new (a cost, never a loss).
+    round_trips:
+        Redis calls (1 per batch and shard in steady state).
+    catalog_lookups:
+        IDs the catalog had to look up (the rest were decided by a current filter).
+    catalog_size:
+        IDs remembered by the catalog, when read (``None`` otherwise).
+    """
+
+    records_in: int = 0
+    kept: int = 0
+    duplicates_in_batch: int = 0
+    duplicates_catalog: int = 0
+    late_dropped: int = 0
+    late_passed: int = 0
+    bloom_positives: int = 0
+    bloom_false_positives: int = 0
+    round_trips: int = 0
+    catalog_lookups: int = 0
+    catalog_size: int | None = None
+
+    @property
+    def duplicates_dropped(self) -> int:
+        return self.duplicates_in_batch + self.duplicates_catalog
+
+    @classmethod
+    def from_observed(cls, row: Mapping[str, Any] | Any,
+                      catalog_size: int | None = None) -> DedupMetrics:
+        """Build from an observed-metrics row (a ``Row`` or a dict)."""
+        data = row.asDict() if hasattr(row, "asDict") else dict(row)
+        names = {f.name for f in fields(cls)} - {"catalog_size"}
+        values = {name: int(data.get(name) or 0) for name in names}
+        return cls(**values, catalog_size=catalog_size)
+
+
+def observed_columns() -> list[Any]:
+    """The aggregate expressions ``observe`` computes (named like the fields above)."""
+    from pyspark.sql import functions as sf
+
+    status = sf.col(STATUS_COLUMN)
+
+    def count_if(cond: Any) -> Any:
+        return sf.coalesce(sf.sum(sf.when(cond, 1).otherwise(0)), sf.lit(0)).cast("long")
+
+    def total(name: str) -> Any:
+        return sf.coalesce(sf.sum(sf.col(name)), sf.lit(0)).cast("long")
+
+    return [
+        sf.count(sf.lit(1)).alias("records_in"),
+        count_if(status == KEPT).alias("kept"),
+        count_if(status == DUP_IN_BATCH).alias("duplicates_in_batch"),
+        count_if(status == DUP_CATALOG).alias("duplicates_catalog"),
+        count_if(status == LATE_DROPPED).alias("late_dropped"),
+        count_if((sf.col(LATE_COLUMN) == 1) & (status != LATE_DROPPED)).alias("late_passed"),
+        total(BLOOM_POSITIVE_COLUMN).alias("bloom_positives"),
+        total(FALSE_POSITIVE_COLUMN).alias("bloom_false_positives"),
+        total(ROUND_TRIP_COLUMN).alias("round_trips"),
+        total(LOOKUP_COLUMN).alias("catalog_lookups"),
+    ]

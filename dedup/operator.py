@@ -1,0 +1,169 @@
+"""The dedup operator: keep the first occurrence of each record ID.
+
+Works on streaming and batch DataFrames. Rows are shuffled to
+``num_shards`` shards by ``pmod(xxhash64(id), num_shards)``; each partition
+runs :class:`dedup.arrow_step.ArrowStep` (Arrow batches, one atomic Redis
+claim per batch and shard), Spark ``observe``\\ s the per-batch metrics, and
+only kept rows go on.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from dedup.arrow_step import SHARD_COLUMN, ArrowStep
+from dedup.catalog import RedisCatalog
+from dedup.config import DedupConfig
+from dedup.exceptions import ConfigError, RecordIdError
+from dedup.metrics import KEPT, STATUS_COLUMN, STATUS_COLUMNS, DedupMetrics, observed_columns
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+_LISTENERS: dict[tuple[int, str], Any] = {}
+_LISTENERS_LOCK = threading.Lock()
+
+
+def metric_name(app_id: str) -> str:
+    """Name of the operator's observed metrics in ``lastProgress['observedMetrics']``."""
+    return "dedup_" + re.sub(r"[^A-Za-z0-9_]", "_", app_id)
+
+
+class Deduplicator:
+    """Exactly-once dedup of one app id, with its metrics and garbage collection.
+
+    Parameters
+    ----------
+    config:
+        :class:`DedupConfig`; ``config.app_id`` names the catalog.
+    num_partitions:
+        Partitions of the shuffle by shard; default ``spark.sql.shuffle.partitions``.
+    gc_listener:
+        Register a listener that deletes decisions once Spark committed their
+        batch and releases the app-id lease when a query stops.
+    """
+
+    def __init__(self, config: DedupConfig, num_partitions: int | None = None,
+                 gc_listener: bool = True) -> None:
+        if not isinstance(config, DedupConfig):
+            raise ConfigError("Deduplicator needs a DedupConfig")
+        if num_partitions is not None and num_partitions < 1:
+            raise ConfigError(f"num_partitions must be >= 1, not {num_partitions}")
+        self.config = config
+        self.num_partitions = num_partitions
+        self.gc_listener = gc_listener
+        self.catalog = RedisCatalog(config)
+        self.metric_name = metric_name(config.app_id)
+        self._observation: Any = None
+
+    def apply(self, df: DataFrame) -> DataFrame:
+        """Return ``df`` without duplicate record IDs (first occurrence kept).
+
+        Checks on the driver first: the ID (and event time) column exists,
+        Redis is reachable and persistent (unless allowed), and the shard count
+        matches the one recorded for the app id. Applying it twice to the same
+        DataFrame is safe; a batch DataFrame replays its decisions when
+        re-executed.
+
+        Raises
+        ------
+        RecordIdError
+            The ID column is missing (the message lists the available columns).
+        UnsafeSettingError, ShardCountMismatchError, CatalogUnavailableError
+            From the start-up checks; the message names the fix.
+        """
+        from pyspark.sql import functions as sf
+        from pyspark.sql.types import ByteType, IntegerType, StructField, StructType
+
+        cfg = self.config
+        if cfg.id_column not in df.columns:
+            raise RecordIdError(
+                f"record id column {cfg.id_column!r} is missing; available columns: "
+                f"{df.columns}. Add it with dedup.with_record_id(df, ...) or set "
+                "DedupConfig(id_column=...)"
+            )
+        event_time = cfg.retention.event_time_column
+        if event_time is not None and event_time not in df.columns:
+            raise ConfigError(
+                f"retention event_time_column {event_time!r} is missing; available columns: "
+                f"{df.columns}"
+            )
+        clash = [c for c in (*STATUS_COLUMNS, SHARD_COLUMN) if c in df.columns]
+        if clash:
+            raise ConfigError(f"columns {clash} are reserved by the dedup operator; rename them")
+        self.catalog.check_setup()
+        spark = df.sparkSession
+        partitions = self.num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions")
+                                                or 200)
+        sharded = df.withColumn(
+            SHARD_COLUMN,
+            sf.pmod(sf.xxhash64(sf.col(cfg.id_column)), sf.lit(cfg.num_shards)).cast("int"),
+        ).repartition(partitions, SHARD_COLUMN)
+        schema = StructType(
+            [f for f in df.schema.fields]
+            + [StructField(STATUS_COLUMN, ByteType(), False),
+               StructField("_dedup_late", ByteType(), False)]
+            + [StructField(name, IntegerType(), False) for name in STATUS_COLUMNS[2:]]
+        )
+        marked = sharded.mapInArrow(ArrowStep(cfg, uuid.uuid4().hex), schema)
+        if df.isStreaming:
+            observed = marked.observe(self.metric_name, *observed_columns())
+            if self.gc_listener:
+                self._install_listener(spark)
+        else:
+            from pyspark.sql import Observation
+
+            self._observation = Observation(self.metric_name)
+            observed = marked.observe(self._observation, *observed_columns())
+        return observed.filter(sf.col(STATUS_COLUMN) == KEPT).drop(*STATUS_COLUMNS)
+
+    def _install_listener(self, spark: SparkSession) -> None:
+        from dedup.gc import DecisionGcListener
+
+        key = (id(spark), self.config.app_id)
+        with _LISTENERS_LOCK:
+            if key not in _LISTENERS:
+                listener = DecisionGcListener(self.catalog, self.metric_name)
+                spark.streams.addListener(listener)
+                _LISTENERS[key] = listener
+
+    def metrics(self, query: StreamingQuery | None = None,
+                with_catalog_size: bool = False) -> DedupMetrics | None:
+        """Metrics of the last batch of ``query`` (streaming) or of the last run (batch).
+
+        Returns None when no batch ran yet. For a batch DataFrame, call after
+        an action ran (it blocks until then). Safe to repeat.
+        """
+        size = self.catalog_size() if with_catalog_size else None
+        if query is not None:
+            progress = query.lastProgress
+            if not progress:
+                return None
+            row = (progress.get("observedMetrics") or {}).get(self.metric_name)
+            return DedupMetrics.from_observed(row, size) if row is not None else None
+        if self._observation is None:
+            return None
+        return DedupMetrics.from_observed(self._observation.get, size)
+
+    def catalog_size(self) -> int:
+        """IDs the catalog currently remembers (one pipelined read)."""
+        return self.catalog.catalog_size(time.time())
+
+    def collect_garbage(self, query_id: str, committed_batch_id: int) -> int:
+        """Delete decisions of ``query_id`` for batches before ``committed_batch_id``.
+
+        Call only with a batch id in Spark's commit log (invariant 7); safe to
+        repeat. Returns the number of decisions deleted.
+        """
+        return self.catalog.collect_garbage(query_id, committed_batch_id)
+
+
+def deduplicate(df: DataFrame, config: DedupConfig, num_partitions: int | None = None
+                ) -> DataFrame:
+    """Shortcut for ``Deduplicator(config, num_partitions).apply(df)``; see there."""
+    return Deduplicator(config, num_partitions).apply(df)
