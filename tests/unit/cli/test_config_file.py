@@ -1,0 +1,55 @@
+"""Pipeline files: defaults, strict keys, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dedup.cli.config_file import SCHEMA, example_path, load_pipeline, parse_pipeline
+from dedup.exceptions import ConfigError
+
+MINIMAL = 'app_id = "p1"\n[sink]\ntopic = "out"\n'
+
+
+def test_defaults_are_filled_in() -> None:
+    pipeline = parse_pipeline(MINIMAL)
+    assert pipeline.app_id == "p1"
+    assert pipeline.table("source")["type"] == "synthetic"
+    assert pipeline.table("dedup")["num_shards"] == SCHEMA["dedup"]["num_shards"]
+    assert pipeline.table("sink")["topic"] == "out"
+
+
+def test_example_config_parses() -> None:
+    pipeline = load_pipeline(example_path())
+    assert pipeline.app_id == "dedup-example"
+    assert pipeline.table("source")["total_rows"] > 0
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (MINIMAL + "[dedup]\nnum_shard = 3\n", "unknown key 'num_shard' in [dedup]; allowed keys:"),
+    (MINIMAL + "colour = 1\n", "unknown key 'colour'"),
+    (MINIMAL + "[sinc]\ntopic = 'x'\n", "unknown table [sinc]"),
+    ('[sink]\ntopic = "out"\n', "app_id is required"),
+    ('app_id = "bad id!"\n[sink]\ntopic = "o"\n', "app_id 'bad id!' is invalid"),
+    (MINIMAL + "[dedup]\nnum_shards = 'four'\n", "dedup.num_shards must be a int"),
+    (MINIMAL + "[source]\ntype = 'socket'\n", "source.type must be one of"),
+    ('app_id = "p"\n', "sink.topic is required"),
+    ("app_id = \n", "not valid TOML"),
+])
+def test_bad_files_name_the_problem(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_pipeline(text)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_pipeline(tmp_path / "nope.toml")
+
+
+def test_allowed_keys_listed_in_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_pipeline(MINIMAL + "[redis]\nurll = 'x'\n")
+    assert "require_persistence" in str(info.value) and "url" in str(info.value)
