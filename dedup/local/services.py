@@ -320,8 +320,10 @@ class KafkaBroker:
         if (self.data_dir / "logs" / "meta.properties").exists():
             return
         result = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", kafka_cluster_id(),
-                       "-c", str(props_path), "--ignore-formatted"),
+            # "--cluster-id=<id>" in one word: an id may begin with "-", which a
+            # separate argument would turn into an unknown option (1 run in 64).
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={kafka_cluster_id()}",
+                       "--config", str(props_path), "--ignore-formatted"),
             capture_output=True, text=True, timeout=120, check=False,
         )
         if result.returncode != 0:
