@@ -55,6 +55,9 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                  KafkaError.INVALID_PRODUCER_EPOCH,
                  KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 CALL_TIMEOUT_S = 30.0
+_COORDINATOR_CODES = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                      KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT,
+                      KafkaError._WAIT_COORD, KafkaError.UNSTABLE_OFFSET_COMMIT}
 
 
 @dataclass(frozen=True)
@@ -122,13 +125,22 @@ def _marker_consumer(config: SinkConfig, partition: int) -> Consumer:
 def read_marker(config: SinkConfig, partition: int) -> tuple[str | None, int]:
     """``(query id, next batch)`` committed for ``partition``; ``(None, -1)`` if none."""
     consumer = _marker_consumer(config, partition)
-    try:
-        [tp] = consumer.committed([TopicPartition(config.marker_topic, 0)],
-                                  timeout=CALL_TIMEOUT_S)
-    except KafkaException as exc:
-        raise TransactionFailedError(
-            f"could not read the batch marker of {config.marker_group(partition)}: {exc}"
-        ) from exc
+    deadline = time.monotonic() + CALL_TIMEOUT_S
+    while True:
+        try:
+            [tp] = consumer.committed([TopicPartition(config.marker_topic, 0)],
+                                      timeout=CALL_TIMEOUT_S)
+            break
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            # The group coordinator moves or loads (a fresh broker, a restart): wait.
+            if (error.code() in _COORDINATOR_CODES or error.retriable()) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            raise TransactionFailedError(
+                f"could not read the batch marker of {config.marker_group(partition)}: {exc}"
+            ) from exc
     if tp.error is not None or tp.offset < 0:
         return None, -1
     return tp.metadata, tp.offset

@@ -62,7 +62,7 @@ def fill_input(bootstrap: str, app_id: str, records: int = 240, duplicates: int 
 def build_stream(spark: Any, bootstrap: str, topics: Topics, app_id: str, redis_url: str,
                  per_trigger: int = 70, transform: Any = None) -> Any:
     """The streaming DataFrame in front of the sink: key, value, record ID."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as sf
 
     df = (spark.readStream.format("kafka")
           .option("kafka.bootstrap.servers", bootstrap)
@@ -71,14 +71,14 @@ def build_stream(spark: Any, bootstrap: str, topics: Topics, app_id: str, redis_
           .option("kafka.isolation.level", "read_committed")
           .option("maxOffsetsPerTrigger", str(per_trigger))
           .load()
-          .select(F.col("key").cast("string").alias("key"),
-                  F.col("value").cast("string").alias("value")))
+          .select(sf.col("key").cast("string").alias("key"),
+                  sf.col("value").cast("string").alias("value")))
     try:
         from dedup.ids import with_record_id
 
         df = with_record_id(df, strategy="column", column="key")
     except ImportError:
-        df = df.withColumn(DEFAULT_ID_COLUMN, F.col("key"))
+        df = df.withColumn(DEFAULT_ID_COLUMN, sf.col("key"))
     if dedup_available():
         from dedup.config import DedupConfig, RedisConfig
         from dedup.operator import deduplicate

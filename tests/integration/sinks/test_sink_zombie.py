@@ -1,0 +1,97 @@
+"""Zombie fencing: two producers for one (app, partition); the older is fenced, output exact."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from dedup.constants import RECORD_ID_HEADER
+from dedup.kafka_io import consume_all, ensure_topic
+from sinks import SinkConfig
+from sinks.admin import abort_transactions, list_transactions, prepare
+from sinks.records import OutRecord
+from sinks.transactions import _PRODUCERS, close_clients, drop_producer, write_partition
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+
+@pytest.fixture(autouse=True)
+def _close_cached_clients() -> Iterator[None]:
+    yield
+    close_clients()  # this test process is the "worker": its cache must not outlive the test
+
+
+def _records(topic: str, batch: int, n: int = 20) -> list[OutRecord]:
+    return [OutRecord(topic, None, f"k{batch}-{i}".encode(), f"v{batch}-{i}".encode(), (),
+                      f"id-{batch}-{i}".encode()) for i in range(n)]
+
+
+def _ids(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[str]:
+    return [(r.header(RECORD_ID_HEADER) or b"").decode()
+            for r in consume_all(bootstrap, topic, isolation, idle_timeout=1.5)]
+
+
+def _config(bootstrap: str, app_id: str, topic: str) -> SinkConfig:
+    config = SinkConfig(app_id=app_id, bootstrap_servers=bootstrap, topic=topic,
+                        strong_productions=False)
+    prepare(config)
+    ensure_topic(bootstrap, topic, 1)
+    return config
+
+
+def test_older_producer_is_fenced_and_output_is_exact(kafka_bootstrap: str, app_id: str) -> None:
+    topic = f"{app_id}-out"
+    config = _config(kafka_bootstrap, app_id, topic)
+    records = _records(topic, 0)
+    # The zombie: an older task of partition 0 that produced batch 0 but has not committed.
+    zombie = Producer(config.producer_settings(0))
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for record in records:
+        zombie.produce(topic, key=record.key, value=record.value,
+                       headers=[(RECORD_ID_HEADER, record.record_id)])
+    zombie.flush(30)
+    # The retry of the same (app, partition) takes over and writes batch 0.
+    result = write_partition(config, records, "query-a", 0, 0)
+    assert (result.produced, result.skipped) == (len(records), False)
+    with pytest.raises(KafkaException) as caught:
+        zombie.commit_transaction(30)
+    assert caught.value.args[0].fatal() or "fenced" in str(caught.value).lower()
+
+    committed = _ids(kafka_bootstrap, topic)
+    assert sorted(committed) == sorted(r.record_id.decode() for r in records)  # 0 lost, 0 dup
+    assert len(_ids(kafka_bootstrap, topic, "read_uncommitted")) == 2 * len(records), \
+        "the zombie's aborted records must be in the log"
+    # A repeat of the same batch is skipped by the marker.
+    assert write_partition(config, records, "query-a", 0, 0).skipped
+    drop_producer(config.transactional_id(0))
+
+
+def test_cached_producer_fenced_by_newer_one_redoes_once(kafka_bootstrap: str,
+                                                         app_id: str) -> None:
+    """A partition that moved to another worker: the cached producer is fenced, the write redone."""
+    topic = f"{app_id}-out"
+    config = _config(kafka_bootstrap, app_id, topic)
+    write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    cached = _PRODUCERS[config.transactional_id(0)]
+    newer = Producer(config.producer_settings(0))  # another worker's producer: fences `cached`
+    newer.init_transactions(30)
+    result = write_partition(config, _records(topic, 1), "query-a", 1, 0)
+    assert result.produced == 20 and result.attempts == 2
+    assert _PRODUCERS[config.transactional_id(0)] is not cached
+    with pytest.raises(KafkaException):  # and the newer one is now the fenced zombie
+        newer.begin_transaction()
+        newer.produce(topic, value=b"zombie", headers=[(RECORD_ID_HEADER, b"zombie")])
+        newer.commit_transaction(30)
+    committed = _ids(kafka_bootstrap, topic)
+    expected = [r.record_id.decode() for b in (0, 1) for r in _records(topic, b)]
+    assert sorted(committed) == sorted(expected)
+    # Operator tools: the app's transactional id is listed, and aborting is harmless.
+    listed = list_transactions(kafka_bootstrap, app_id)
+    assert [(t.transactional_id, t.query_id, t.next_batch) for t in listed] == \
+        [(config.transactional_id(0), "query-a", 2)]
+    drop_producer(config.transactional_id(0))
+    assert abort_transactions(kafka_bootstrap, app_id) == [config.transactional_id(0)]
+    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(expected)
