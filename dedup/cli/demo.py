@@ -23,7 +23,7 @@ from typing import Any
 from dedup.cli.checks import QUIET_KAFKA
 from dedup.cli.config_file import PipelineFile, parse_pipeline
 from dedup.cli.pipeline import Addresses, start_query
-from dedup.cli.progress import Progress, QueryWatcher, wait_for
+from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
 from dedup.cli.run import _source_done
 from dedup.exceptions import DedupError
 
@@ -73,6 +73,7 @@ class DemoResult:
     open_transactions: int
     crashed: bool
     seconds: float
+    dropped: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -116,7 +117,8 @@ def demo_command(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="dedup-demo-"))
     ok = False
     try:
-        result = _run_demo(args, progress, workdir)
+        with stderr_to_file(workdir / "logs" / "stderr.log", enabled=not args.debug):
+            result = _run_demo(args, progress, workdir)
         _print_summary(progress, args, result)
         ok = result.ok
         if not ok:
@@ -126,7 +128,7 @@ def demo_command(args: argparse.Namespace) -> int:
         return 0
     finally:
         if args.keep or not ok:
-            progress.say(f"work folder kept: {workdir}")
+            progress.always(f"work folder kept (service data, checkpoint, logs): {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -145,31 +147,43 @@ def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> De
                              app_id, topic)
     redis = RedisServer(workdir / "redis", appendonly=True, appendfsync="always")
     kafka = KafkaBroker(workdir / "kafka", heap_mb=384)
-    spark = None
+    spark: Any = None
     try:
-        progress.say("starting Redis (AOF, fsync always) and Kafka (KRaft, single node)...")
-        redis.start()
-        kafka_error: list[BaseException] = []
+        progress.say("starting Redis (AOF, fsync always), Kafka (KRaft, single node) and "
+                     "Spark (local[2])...")
+        spark_box: list[Any] = []
 
-        def start_kafka() -> None:
+        def start_spark() -> None:
             try:
-                kafka.start()
+                spark_box.append(cli_spark_session(
+                    workdir / "logs", app_name="dedup-demo", master="local[2]",
+                    shuffle_partitions=4, debug=args.debug))
             except BaseException as exc:
-                kafka_error.append(exc)
+                spark_box.append(exc)
 
-        # Kafka and Spark take ~10-20 s each to start: overlap them.
-        kafka_thread = threading.Thread(target=start_kafka, daemon=True)
-        kafka_thread.start()
-        progress.say("starting Spark (local[2])...")
-        spark = cli_spark_session(workdir / "logs", app_name="dedup-demo", master="local[2]",
-                                  shuffle_partitions=4, debug=args.debug)
-        kafka_thread.join()
-        if kafka_error:
-            raise kafka_error[0]
+        # Spark and Kafka take ~10-20 s each to start: overlap them. The services
+        # stay on this thread: they die with the thread that started them.
+        spark_thread = threading.Thread(target=start_spark, daemon=True)
+        spark_thread.start()
+        try:
+            redis.start()
+            kafka.start()
+        finally:
+            spark_thread.join()
+            if spark_box and not isinstance(spark_box[0], BaseException):
+                spark = spark_box[0]
+        if not spark_box:
+            raise DemoFailedError("Spark did not start")
+        if isinstance(spark_box[0], BaseException):
+            raise spark_box[0]
+        # The JVM keeps the active session per thread, and Python data sources
+        # are looked up in it: make it active on this thread too.
+        spark = spark_box[0]
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         progress.say(f"redis {redis.url}, kafka {kafka.bootstrap_servers}; logs in "
                      f"{workdir / 'logs'}")
         addresses = Addresses(redis.url, kafka.bootstrap_servers, kafka.bootstrap_servers)
-        ensure_topic(kafka.bootstrap_servers, topic, 2)
+        ensure_topic(kafka.bootstrap_servers, topic, 2, client_config=QUIET_KAFKA)
         options = SyntheticOptions(seed=args.seed, rows_per_batch=args.batch_size,
                                    total_rows=args.records, duplicate_rate=args.duplicate_rate,
                                    duplicate_gap_batches=2, key_skew=1.0, payload_bytes=48)
@@ -184,7 +198,9 @@ def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> De
             progress.say(f"armed fail-point {CRASH_POINT} for batch {args.crash_batch}: the "
                          "query will crash there, after producing, before the Kafka commit")
         started = time.monotonic()
-        watcher = QueryWatcher(progress)
+        from dedup.operator import metric_name
+
+        watcher = QueryWatcher(progress, metric=metric_name(app_id))
         crashed = False
         query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints))
         try:
@@ -216,6 +232,7 @@ def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> De
             lost=report.lost, duplicated=report.duplicated, phantoms=report.phantoms,
             mismatched=report.mismatched, open_transactions=report.open_transactions,
             crashed=crashed, seconds=seconds,
+            dropped=watcher.dropped if watcher.have_metrics else None,
         )
     finally:
         progress.say("stopping Spark, Kafka and Redis...")
@@ -229,17 +246,20 @@ def _print_summary(progress: Progress, args: argparse.Namespace, r: DemoResult) 
     rate = r.records_in / r.seconds if r.seconds > 0 else 0.0
     crash = (f"yes, at {CRASH_POINT} in batch {args.crash_batch}; restarted from the checkpoint"
              if r.crashed else "no")
+    dropped = r.dropped if r.dropped is not None else r.records_in - r.records_out
+    source = "dedup operator metrics" if r.dropped is not None else "records in - records out"
     lines = [
         "dedup demo summary",
         f"  records in          {r.records_in:>8}",
-        f"  duplicates dropped  {r.records_in - r.records_out:>8}",
+        f"  duplicates dropped  {dropped:>8}   ({source})",
         f"  records out         {r.records_out:>8}   (expected {r.expected} distinct IDs)",
         f"  lost                {r.lost:>8}",
         f"  duplicated          {r.duplicated:>8}",
         f"  phantoms            {r.phantoms:>8}   mismatched payloads {r.mismatched}, "
         f"open transactions {r.open_transactions}",
         f"  crash               {crash}",
-        f"  records/s           {rate:>8,.0f}   ({r.seconds:.1f} s of streaming)",
+        f"  records/s           {rate:>8,.0f}   ({r.seconds:.1f} s of streaming, crash and "
+        "restart included)",
         f"  result              {'OK: exactly once' if r.ok else 'FAILED'}",
     ]
     for line in lines:

@@ -8,6 +8,7 @@ txn (the sink's Kafka transactions).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
@@ -67,6 +68,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    except Exception as exc:
+        # Spark wraps errors of the query (and of our code on its workers) in
+        # Java exceptions with pages of stack trace: show the root cause only.
+        if args.debug or not _from_spark(exc):
+            raise
+        _error(f"the Spark query failed: {spark_root_cause(str(exc))} "
+               "(rerun with --debug for the full trace)")
+        return EXIT_RUNTIME
+
+
+def _from_spark(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in {"pyspark", "py4j"}
+
+
+_CAUSE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception|Fault)): (.+)$")
+
+
+def spark_root_cause(message: str) -> str:
+    """The most specific ``SomeError: text`` line of a Spark error message."""
+    best = ""
+    for line in message.splitlines():
+        match = _CAUSE.match(line)
+        if match and not match.group(1).startswith(("Py4J", "StreamingQuery", "Spark")):
+            best = f"{match.group(1)}: {match.group(2).strip()}"
+    if not best:
+        best = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    return best[:400]
 
 
 def console_main() -> None:

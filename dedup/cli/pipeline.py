@@ -143,7 +143,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     """Build the pipeline and start it from ``checkpoint`` (resumes when it exists)."""
     frame = source_frame(spark, pipeline, addresses)
     if pipeline.table("dedup")["enabled"]:
-        from dedup import deduplicate  # type: ignore[attr-defined]
+        from dedup import deduplicate
 
         frame = deduplicate(frame, dedup_config(pipeline, addresses.redis_url, failpoint_dir))
     out = sink_frame(frame, pipeline)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 
@@ -32,9 +35,13 @@ class QueryWatcher:
     source's end offset of the newest batch (as Spark reports it).
     """
 
-    def __init__(self, progress: Progress, label: str = "") -> None:
+    def __init__(self, progress: Progress, label: str = "", metric: str | None = None) -> None:
         self.progress = progress
         self.label = label
+        self.metric = metric
+        self.dropped = 0
+        self.kept = 0
+        self.have_metrics = False
         self.seen: set[tuple[str, int]] = set()
         self.rows = 0
         self.batches = 0
@@ -60,9 +67,47 @@ class QueryWatcher:
             duration_ms = (raw.get("durationMs") or {}).get("triggerExecution") or 0
             rate = rows / (duration_ms / 1000.0) if duration_ms else 0.0
             self.progress.say(
-                f"{self.label}batch {raw.get('batchId')}: {rows} records in "
-                f"{duration_ms / 1000.0:.1f} s ({rate:,.0f} records/s), {self.rows} so far"
+                f"{self.label}batch {raw.get('batchId')}: {rows} records in"
+                f"{self._dedup_part(raw)} in {duration_ms / 1000.0:.1f} s "
+                f"({rate:,.0f} records/s), {self.rows} so far"
             )
+
+    def _dedup_part(self, raw: dict[str, Any]) -> str:
+        row = (raw.get("observedMetrics") or {}).get(self.metric) if self.metric else None
+        if row is None:
+            return ""
+        from dedup.metrics import DedupMetrics
+
+        metrics = DedupMetrics.from_observed(row)
+        self.have_metrics = True
+        self.dropped += metrics.duplicates_dropped
+        self.kept += metrics.kept
+        return f", {metrics.duplicates_dropped} duplicates dropped, {metrics.kept} kept"
+
+
+@contextlib.contextmanager
+def stderr_to_file(path: Path, enabled: bool = True) -> Iterator[None]:
+    """Send file descriptor 2 to ``path`` for the duration (no-op when not enabled).
+
+    Spark's JVM, its Python workers and librdkafka write straight to fd 2;
+    processes started inside keep the file as their stderr, so a run's
+    console shows progress lines only. Errors are printed after it ends.
+    """
+    if not enabled:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
 
 
 def wait_for(query: Any, watcher: QueryWatcher, done: Callable[[], bool],

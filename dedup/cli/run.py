@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 from dedup.cli.checks import QUIET_KAFKA
 from dedup.cli.config_file import PipelineFile, example_path, load_pipeline
 from dedup.cli.pipeline import Addresses, check_services, resolve_addresses, start_query
-from dedup.cli.progress import Progress, QueryWatcher, wait_for
+from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
 from dedup.exceptions import ConfigError
 from dedup.local.paths import cache_dir
 
@@ -75,16 +74,38 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
     base = cache_dir() / "runs" / pipeline.app_id
     checkpoint = args.checkpoint or pipeline.tables[""]["checkpoint"] or str(base / "checkpoint")
     if sink["type"] == "kafka":
-        ensure_topic(addresses.sink_bootstrap, sink["topic"], sink["partitions"])
+        ensure_topic(addresses.sink_bootstrap, sink["topic"], sink["partitions"],
+                     client_config=QUIET_KAFKA)
     progress.say(f"pipeline {pipeline.app_id}: {pipeline.table('source')['type']} source -> "
                  f"{'dedup -> ' if pipeline.table('dedup')['enabled'] else ''}"
                  f"{sink['type']} sink {sink['topic'] or ''}; checkpoint {checkpoint}")
-    progress.say("starting Spark...")
-    spark = cli_spark_session(Path(base) / "logs", app_name=f"dedup-run-{pipeline.app_id}",
-                              master=run["master"], shuffle_partitions=run["shuffle_partitions"],
-                              debug=args.debug)
+    progress.say(f"starting Spark ({run['master']}); Spark's log: {base / 'logs'}")
+    with stderr_to_file(base / "logs" / "stderr.log", enabled=not args.debug):
+        spark = cli_spark_session(base / "logs", app_name=f"dedup-run-{pipeline.app_id}",
+                                  master=run["master"],
+                                  shuffle_partitions=run["shuffle_partitions"], debug=args.debug)
+        try:
+            started, watcher = _stream(spark, pipeline, addresses, checkpoint, args, progress)
+        finally:
+            spark.stop()
+    elapsed = time.monotonic() - started
+    rate = watcher.rows / elapsed if elapsed > 0 else 0.0
+    dropped = f", {watcher.dropped} duplicates dropped" if watcher.have_metrics else ""
+    progress.always(f"dedup run {pipeline.app_id}: {watcher.batches} batches, "
+                    f"{watcher.rows} records in{dropped}, {elapsed:.1f} s, "
+                    f"{rate:,.0f} records/s")
+    if args.verify:
+        return _verify(pipeline, addresses, progress)
+    return 0
+
+
+def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint: str,
+            args: argparse.Namespace, progress: Progress) -> tuple[float, QueryWatcher]:
+    from dedup.operator import metric_name
+
+    run = pipeline.table("run")
     started = time.monotonic()
-    watcher = QueryWatcher(progress)
+    watcher = QueryWatcher(progress, metric=metric_name(pipeline.app_id))
     query = start_query(spark, pipeline, addresses, checkpoint)
     max_seconds = args.max_seconds if args.max_seconds is not None else run["max_seconds"]
     idle = run["stop_after_idle_seconds"]
@@ -101,13 +122,7 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
     finally:
         if query.isActive:
             query.stop()
-    elapsed = time.monotonic() - started
-    rate = watcher.rows / elapsed if elapsed > 0 else 0.0
-    progress.always(f"dedup run {pipeline.app_id}: {watcher.batches} batches, "
-                    f"{watcher.rows} records in, {elapsed:.1f} s, {rate:,.0f} records/s")
-    if args.verify:
-        return _verify(pipeline, addresses, progress)
-    return 0
+    return started, watcher
 
 
 def _verify(pipeline: PipelineFile, addresses: Addresses, progress: Progress) -> int:
