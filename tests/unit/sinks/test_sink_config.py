@@ -79,7 +79,7 @@ def test_weak_productions_need_no_redis() -> None:
     {"kafka.transaction.timeout.ms": "10000", "max.batch.duration.ms": "30000"},
 ])
 def test_unsafe_settings_are_refused_with_the_fix(options: dict[str, str]) -> None:
-    with pytest.raises(UnsafeSinkSettingError, match="remove|Raise"):
+    with pytest.raises(UnsafeSinkSettingError, match=r"remove|Raise"):
         config(**options)
 
 
