@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("point", "action"), CASES, ids=[f"{p}-{a}" for p, a in CASES])
-def test_crash_point_keeps_output_exact(spark, kafka_bootstrap: str, redis_url: str,
+def test_crash_point_keeps_output_exact(spark: Any, kafka_bootstrap: str, redis_url: str,
                                         app_id: str, tmp_checkpoint: str, tmp_path: Path,
                                         point: str, action: str) -> None:
     sinks.register(spark)
@@ -67,7 +68,7 @@ def test_crash_point_keeps_output_exact(spark, kafka_bootstrap: str, redis_url: 
             "no aborted records in the log: the crash did not hit inside the transaction"
 
 
-def test_stop_and_restart_from_checkpoint(spark, kafka_bootstrap: str, redis_url: str,
+def test_stop_and_restart_from_checkpoint(spark: Any, kafka_bootstrap: str, redis_url: str,
                                           app_id: str, tmp_checkpoint: str,
                                           tmp_path: Path) -> None:
     """Stop the query while a transaction is open, restart it from its checkpoint."""

@@ -76,7 +76,7 @@ def _run(spark: Any, bootstrap: str, redis_url: str, app_id: str, checkpoint: st
 
 
 def test_strong_productions_emit_the_checkpointed_first_attempt(
-        spark, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
         tmp_path: Path) -> None:
     lost, duplicated, compared, changed = _run(spark, kafka_bootstrap, redis_url, app_id,
                                                tmp_checkpoint, str(tmp_path / "f"), True)
@@ -85,7 +85,7 @@ def test_strong_productions_emit_the_checkpointed_first_attempt(
 
 
 def test_weak_productions_recompute_non_deterministic_values(
-        spark, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
         tmp_path: Path) -> None:
     lost, duplicated, compared, changed = _run(spark, kafka_bootstrap, redis_url, app_id,
                                                tmp_checkpoint, str(tmp_path / "f"), False)

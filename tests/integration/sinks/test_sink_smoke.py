@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 
@@ -17,7 +19,7 @@ from tests.integration.sinks.pipeline import (
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka, pytest.mark.redis]
 
 
-def test_failure_free_run_is_exact(spark, kafka_bootstrap: str, redis_url: str, app_id: str,
+def test_failure_free_run_is_exact(spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
                                    tmp_checkpoint: str) -> None:
     sinks.register(spark)
     topics, expected = fill_input(kafka_bootstrap, app_id)
