@@ -1,0 +1,155 @@
+"""Throughput of the exactly-once Kafka sink against Spark's own Kafka sink, side by side.
+
+Same process tree, same Spark session, same pre-filled Kafka input, same
+micro-batching (``maxOffsetsPerTrigger``, ``availableNow``): only the sink
+differs. Variants, run alternately so drift hits all of them alike:
+
+* ``spark_kafka_sink``: ``format("kafka")`` (at-least-once);
+* ``eos_strong``: ``format("exactly_once_kafka")`` with strong productions
+  (rows checkpointed in Redis before the transaction) -- the default;
+* ``eos_weak``: the same with ``strong_productions=false``.
+
+Writes ``benchmarks/results/sink.json`` and merges
+``eos_sink_over_spark_kafka_sink`` (strong / Spark, throughput ratio; > 1
+means faster) into ``summary.json``. Not part of pytest::
+
+    .venv/bin/python -m benchmarks.bench_sink [--records 100000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from benchmarks.common import merge_summary, run_metadata, write_json
+from dedup.kafka_io import ensure_topic
+from dedup.local.services import KafkaBroker, RedisServer
+from dedup.local.spark import local_spark_session
+from dedup.verify import read_observed
+
+VARIANTS = ("spark_kafka_sink", "eos_strong", "eos_weak")
+INPUT_PARTITIONS = 4
+
+
+def fill(bootstrap: str, topic: str, records: int, value_bytes: int) -> None:
+    ensure_topic(bootstrap, topic, INPUT_PARTITIONS)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "queue.buffering.max.messages": 1_000_000})
+    pad = "x" * max(0, value_bytes - 20)
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, key=f"id-{i:09d}".encode(),
+                                 value=f"{i:09d}-{pad}".encode(), partition=i % INPUT_PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(60)
+
+
+def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
+                per_trigger: int, workdir: Path) -> dict[str, Any]:
+    from pyspark.sql import functions as sf
+
+    tag = uuid.uuid4().hex[:8]
+    out = f"bench-out-{variant}-{tag}"
+    ensure_topic(bootstrap, out, INPUT_PARTITIONS)
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", source).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", str(per_trigger)).load()
+          .select(sf.col("key"), sf.col("value"),
+                  sf.col("key").cast("string").alias("_record_id")))
+    writer = df.writeStream.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
+    if variant == "spark_kafka_sink":
+        writer = (writer.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                  .option("topic", out))
+        df = df.drop("_record_id")
+    else:
+        writer = (writer.format("exactly_once_kafka")
+                  .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+                  .option("app_id", f"bench-{variant}-{tag}").option("redis.url", redis_url)
+                  .option("strong_productions", str(variant == "eos_strong").lower()))
+    start = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - start
+    if query.exception() is not None:
+        raise RuntimeError(f"{variant} failed: {query.exception()}")
+    batches = len(query.recentProgress)
+    written = len(read_observed(bootstrap, out))
+    return {"variant": variant, "seconds": round(seconds, 3), "records_out": written,
+            "batches": batches}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--per-trigger", type=int, default=20_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-sink-"))
+    redis_server = RedisServer(workdir / "redis", appendonly=True, appendfsync="everysec")
+    broker = KafkaBroker(workdir / "kafka", heap_mb=512)
+    try:
+        redis_server.start()
+        broker.start()
+        bootstrap = broker.bootstrap_servers
+        source = "bench-sink-input"
+        fill(bootstrap, source, args.records, args.value_bytes)
+        spark = local_spark_session("bench-sink", master="local[2]", shuffle_partitions=4)
+        import sinks
+
+        sinks.register(spark)
+        # Warm-up: JVM, Python workers, Kafka producers; not measured.
+        for variant in VARIANTS:
+            run_variant(spark, variant, bootstrap, redis_server.url, source,
+                        args.per_trigger, workdir)
+        runs: list[dict[str, Any]] = []
+        for _ in range(args.rounds):
+            for variant in VARIANTS:
+                run = run_variant(spark, variant, bootstrap, redis_server.url, source,
+                                  args.per_trigger, workdir)
+                run["records_per_s"] = round(args.records / run["seconds"], 1)
+                print(run, flush=True)
+                runs.append(run)
+        spark.stop()
+    finally:
+        broker.stop()
+        redis_server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    median = {v: statistics.median(r["records_per_s"] for r in runs if r["variant"] == v)
+              for v in VARIANTS}
+    ratio_strong = round(median["eos_strong"] / median["spark_kafka_sink"], 3)
+    ratio_weak = round(median["eos_weak"] / median["spark_kafka_sink"], 3)
+    result = {
+        "metadata": run_metadata(),
+        "setup": {"records": args.records, "per_trigger": args.per_trigger,
+                  "value_bytes": args.value_bytes, "rounds": args.rounds,
+                  "input_partitions": INPUT_PARTITIONS, "master": "local[2]",
+                  "measured": "wall time from start() to the end of availableNow, "
+                              "median over rounds, after one warm-up round"},
+        "median_records_per_s": median,
+        "eos_sink_over_spark_kafka_sink": ratio_strong,
+        "eos_weak_sink_over_spark_kafka_sink": ratio_weak,
+        "runs": runs,
+    }
+    write_json("sink.json", result)
+    merge_summary({"eos_sink_over_spark_kafka_sink": ratio_strong,
+                   "eos_weak_sink_over_spark_kafka_sink": ratio_weak})
+    print(f"exactly-once sink / Spark Kafka sink throughput: strong {ratio_strong}, "
+          f"weak {ratio_weak}")
+
+
+if __name__ == "__main__":
+    main()
