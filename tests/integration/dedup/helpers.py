@@ -1,0 +1,90 @@
+"""Shared helpers of the dedup integration tests: input files, queries, reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+Record = tuple[str, int]
+_BASE_TIME = time.time() - 100_000
+
+
+def write_batches(folder: Path, batches: Sequence[Sequence[Record]], start: int = 0) -> None:
+    """One JSON-lines file per batch (read with maxFilesPerTrigger=1: one batch per file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for offset, batch in enumerate(batches):
+        lines = [json.dumps({"_record_id": rid, "v": v}) for rid, v in batch]
+        tmp = folder / f".f{start + offset:04d}.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        # The file source orders files by modification time, not name: spread
+        # them so that file i is batch i.
+        stamp = _BASE_TIME + 10 * (start + offset)
+        os.utime(tmp, (stamp, stamp))
+        tmp.rename(folder / f"f{start + offset:04d}.json")
+
+
+def reference(batches: Sequence[Sequence[Record]], seen: set[str] | None = None) -> list[Record]:
+    """First occurrence of each ID, in input order (the failure-free output)."""
+    seen = set() if seen is None else seen
+    out = []
+    for batch in batches:
+        for rid, v in batch:
+            if rid not in seen:
+                seen.add(rid)
+                out.append((rid, v))
+    return out
+
+
+def compare(actual: Sequence[Record], expected: Sequence[Record]) -> dict[str, Any]:
+    """Losses and duplicates counted separately (a multiset comparison)."""
+    from collections import Counter
+
+    got, want = Counter(actual), Counter(expected)
+    ids = Counter(rid for rid, _ in actual)
+    return {
+        "lost": sorted((want - got).elements())[:10],
+        "extra": sorted((got - want).elements())[:10],
+        "duplicate_ids": sorted(rid for rid, n in ids.items() if n > 1)[:10],
+    }
+
+
+def assert_exact(actual: Sequence[Record], expected: Sequence[Record]) -> None:
+    diff = compare(actual, expected)
+    assert diff == {"lost": [], "extra": [], "duplicate_ids": []}, diff
+
+
+class BatchCollector:
+    """foreachBatch sink that is idempotent per batch id (a replayed batch overwrites)."""
+
+    def __init__(self, fail_on_batch: int | None = None) -> None:
+        self.batches: dict[int, list[Record]] = {}
+        self.fail_on_batch = fail_on_batch
+        self.failed = False
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [(r["_record_id"], int(r["v"])) for r in df.collect()]
+        if batch_id == self.fail_on_batch and not self.failed:
+            self.failed = True
+            raise RuntimeError(f"injected sink failure after the claims of batch {batch_id}")
+        self.batches[batch_id] = rows
+
+    def rows(self) -> list[Record]:
+        return [row for b in sorted(self.batches) for row in self.batches[b]]
+
+
+def run_stream(spark: Any, dedup: Any, input_dir: Path, checkpoint: str,
+               collector: BatchCollector) -> Any:
+    """Run one availableNow query over ``input_dir``; returns the finished query."""
+    source = (spark.readStream.schema("_record_id string, v long")
+              .option("maxFilesPerTrigger", 1).json(str(input_dir)))
+    query = (dedup.apply(source).writeStream.foreachBatch(collector)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    return query
