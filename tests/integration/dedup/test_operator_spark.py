@@ -148,14 +148,14 @@ def test_clear_errors(spark: Any, redis_url: str, app_id: str, tmp_path: Path) -
     with pytest.raises(Exception, match=r"record id column '_record_id' has 1 null") as info:
         Deduplicator(config(app_id, redis_url)).apply(df).collect()
     assert "with_record_id(strategy='hash')" in str(info.value)
-    with pytest.raises(ShardCountMismatchError, match="num_shards=6 .* num_shards=7"):
+    with pytest.raises(ShardCountMismatchError, match=r"num_shards=6 .* num_shards=7"):
         Deduplicator(config(app_id, redis_url, num_shards=7)).apply(df)
     closed = f"redis://:secret@127.0.0.1:{free_port()}/0"
     with pytest.raises(CatalogUnavailableError, match="unreachable") as unreachable:
         Deduplicator(config(app_id + "x", closed)).apply(df)
     assert "secret" not in str(unreachable.value) and "***" in str(unreachable.value)
     with RedisServer(tmp_path / "volatile", appendonly=False) as volatile:
-        with pytest.raises(UnsafeSettingError, match="appendonly=no.*require_persistence"):
+        with pytest.raises(UnsafeSettingError, match=r"appendonly=no.*require_persistence"):
             Deduplicator(config(app_id + "v", volatile.url)).apply(df)
         allowed = DedupConfig(app_id + "v", RedisConfig(volatile.url, require_persistence=False))
         ok = spark.createDataFrame([("a", 1), ("a", 2)], "_record_id string, v long")
