@@ -1,0 +1,87 @@
+"""``python -m benchmarks.chaos``: the full chaos matrix (or a subset) in one command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.chaos.faults import FAULT_KINDS
+from benchmarks.chaos.report import figures, summary_figures, write
+from benchmarks.chaos.runner import ChaosEnv, RunResult, run_one, schedule
+from benchmarks.common import RESULTS_DIR, merge_summary, run_metadata
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__)
+    parser.add_argument("--runs", type=int, default=200, help="faulted runs (default 200)")
+    parser.add_argument("--seed", type=int, default=20261122)
+    parser.add_argument("--kinds", default=",".join(FAULT_KINDS),
+                        help="comma-separated fault kinds (default: all)")
+    parser.add_argument("--name", default="chaos", help="results file name (JSON + markdown)")
+    parser.add_argument("--no-summary", action="store_true",
+                        help="do not merge the totals into summary.json")
+    parser.add_argument("--max-minutes", type=float, default=0,
+                        help="stop scheduling new runs after this long (0: no limit)")
+    args = parser.parse_args(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = set(kinds) - set(FAULT_KINDS)
+    if unknown:
+        parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+    specs = schedule(args.runs, args.seed, kinds)
+    workdir = Path(tempfile.mkdtemp(prefix="dedup-chaos-"))
+    env = ChaosEnv(workdir).start()
+    results: list[RunResult] = []
+    started = time.monotonic()
+    try:
+        for spec in specs:
+            if args.max_minutes and time.monotonic() - started > args.max_minutes * 60:
+                print(f"time limit reached after {len(results)} runs", flush=True)
+                break
+            result = run_one(env, spec)
+            results.append(result)
+            report = result.report
+            print(f"run {spec.index + 1}/{len(specs)} {spec.kind:<20} "
+                  f"hit={result.fault.confirmed!s:<5} lost={report.get('lost', '?')} "
+                  f"dup={report.get('duplicated', '?')} phantom={report.get('phantoms', '?')} "
+                  f"restarts={result.restarts} {result.duration_s:.0f}s "
+                  f"{result.error[:80]}", flush=True)
+    finally:
+        env.stop()
+    metadata = {**run_metadata(), "kafka": _kafka_version(), "redis": _redis_version()}
+    data = figures(results, args.seed, metadata)
+    data["runs_detail"] = [r.as_dict() for r in results]
+    json_path, md_path = write(data, RESULTS_DIR, args.name)
+    if not args.no_summary:
+        merge_summary(summary_figures(data))
+    shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps({k: data[k] for k in ("runs", "fault_kinds_hit", "losses", "duplicates",
+                                           "phantoms", "failed_runs")}))
+    print(f"wrote {json_path} and {md_path}")
+    ok = not (data["losses"] or data["duplicates"] or data["phantoms"] or data["failed_runs"])
+    return 0 if ok else 1
+
+
+def _kafka_version() -> str:
+    from dedup.local.paths import kafka_broker_jars
+
+    jars = sorted(kafka_broker_jars().glob("kafka_2.13-*.jar"))
+    return jars[0].name.removeprefix("kafka_2.13-").removesuffix(".jar") if jars else "?"
+
+
+def _redis_version() -> str:
+    try:
+        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
+                             check=False).stdout
+        return out.split("v=")[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

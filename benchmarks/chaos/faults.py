@@ -1,0 +1,103 @@
+"""The fault kinds of the chaos suite and how each is injected and confirmed.
+
+Every fault is synchronised with the pipeline through a fail-point: either the
+fail-point is the fault itself (a Python worker kills itself), or a ``sleep``
+fail-point holds one task of batch ``k`` still while the runner breaks a
+component under it. A fault counts as *confirmed* only on evidence that it
+hit: the fired fail-point file, a changed process id, a fenced zombie, the
+aborted records of a timed-out transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dedup.failpoints import arm, fired
+
+FAULT_KINDS: dict[str, str] = {
+    "worker_kill": "SIGKILL of a Python worker at a fail-point (task retry)",
+    "executor_kill": "SIGKILL of an executor JVM (Spark local-cluster, task re-run)",
+    "driver_kill": "SIGKILL of the driver, restart from the checkpoint",
+    "redis_kill_always": "kill -9 and restart of Redis, AOF appendfsync always",
+    "redis_kill_everysec": "kill -9 and restart of Redis, AOF appendfsync everysec",
+    "kafka_kill": "kill -9 and restart of the Kafka broker",
+    "zombie_producer": "a zombie producer with the sink's transactional id",
+    "txn_timeout": "the writing worker SIGSTOPped past transaction.timeout.ms",
+    "redis_unreachable": "Redis frozen (SIGSTOP) past the client timeout: must fail closed",
+    "dup90_tiny_bloom": "90% duplicate input, undersized Bloom filter, plus a worker kill",
+}
+SUBPROCESS_KINDS = {"driver_kill", "executor_kill"}
+WORKER_KILL_POINTS = ("dedup.after_claim", "sink.after_checkpoint", "sink.mid_produce",
+                      "sink.before_commit", "sink.after_commit")
+TXN_TIMEOUT_MS = 6000
+
+
+@dataclass
+class FaultOutcome:
+    """What happened to one injected fault."""
+
+    kind: str
+    detail: str = ""
+    confirmed: bool = False
+    injected_at: float | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def wait_fired(fp_dir: Path, name: str, timeout: float, stop: Any = None) -> dict[str, Any] | None:
+    """Wait until fail-point ``name`` fired; its record, or None on timeout / stop."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        hits = fired(fp_dir, name)
+        if hits:
+            return hits[0]
+        if stop is not None and stop():
+            return None
+        time.sleep(0.05)
+    return None
+
+
+def arm_sync(fp_dir: Path, point: str, batch: int, seconds: float) -> None:
+    """Hold one task of ``batch`` at ``point`` for ``seconds`` (the fault window)."""
+    arm(fp_dir, point, "sleep", match={"batch": batch}, seconds=seconds)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def ancestor_with(pid: int, marker: str) -> int | None:
+    """The nearest ancestor of ``pid`` (or itself) whose command line contains ``marker``."""
+    current = pid
+    for _ in range(8):
+        try:
+            cmdline = Path(f"/proc/{current}/cmdline").read_bytes().replace(b"\0", b" ")
+            if marker.encode() in cmdline:
+                return current
+            stat = Path(f"/proc/{current}/stat").read_text()
+            current = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if current <= 1:
+            return None
+    return None
+
+
+def freeze(pid: int, seconds: float) -> None:
+    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT (always, even on error)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -1,0 +1,488 @@
+"""Run the pipeline many times under a seeded schedule of faults and verify each run.
+
+One run: a fresh app id, output topic and checkpoint; the synthetic source
+(finite, replayable) -> record IDs -> dedup -> exactly-once Kafka sink, built by
+the CLI's pipeline composer; one fault of the scheduled kind injected at a
+random batch; the query restarted from its checkpoint whenever it dies; then
+the ``read_committed`` output compared with the failure-free output computed
+from the input (:mod:`dedup.verify`). Most kinds run in one long-lived
+``local[2,4]`` SparkSession; the driver and executor kills run the pipeline in
+a child ``dedup run`` process so that a whole driver can be killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from benchmarks.chaos.faults import (
+    FAULT_KINDS,
+    SUBPROCESS_KINDS,
+    TXN_TIMEOUT_MS,
+    WORKER_KILL_POINTS,
+    FaultOutcome,
+    ancestor_with,
+    arm_sync,
+    freeze,
+    process_alive,
+    wait_fired,
+)
+from dedup.constants import RECORD_ID_HEADER
+from dedup.failpoints import arm, fired
+from dedup.kafka_io import consume_all, ensure_topic
+from dedup.local.services import KafkaBroker, RedisServer
+from dedup.verify import verify_topic
+
+ROWS = 1200
+ROWS_PER_BATCH = 200
+MAX_RESTARTS = 6
+REDIS_SOCKET_TIMEOUT_S = 10.0  # RedisConfig's default, which the pipeline file keeps
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One scheduled run: which fault, where, on which seeded input."""
+
+    index: int
+    kind: str
+    seed: int
+    batch: int
+    point: str
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    fault: FaultOutcome
+    report: dict[str, Any] = field(default_factory=dict)
+    restarts: int = 0
+    recovery_s: float | None = None
+    duration_s: float = 0.0
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["fault"] = asdict(self.fault)
+        return data
+
+
+def schedule(runs: int, seed: int, kinds: list[str] | None = None) -> list[RunSpec]:
+    """``runs`` specs cycling through ``kinds`` (so each is hit), seeded batches and points."""
+    kinds = kinds or list(FAULT_KINDS)
+    rng = random.Random(seed)
+    batches = ROWS // ROWS_PER_BATCH
+    return [
+        RunSpec(index=i, kind=kinds[i % len(kinds)], seed=rng.randrange(1, 1_000_000),
+                batch=rng.randrange(1, batches - 2), point=rng.choice(WORKER_KILL_POINTS))
+        for i in range(runs)
+    ]
+
+
+class ChaosEnv:
+    """The services every run shares (Redis x2, Kafka) and the long-lived SparkSession."""
+
+    def __init__(self, workdir: Path, spark: Any = None) -> None:
+        self.workdir = workdir
+        self._owns_spark = spark is None
+        self.redis = {
+            "always": RedisServer(workdir / "redis-always", appendfsync="always"),
+            "everysec": RedisServer(workdir / "redis-everysec", appendfsync="everysec"),
+        }
+        # Timed-out transactions are aborted within ~1 s instead of the default 10 s.
+        self.kafka = KafkaBroker(workdir / "kafka", heap_mb=448, overrides={
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        })
+        self._spark: Any = spark
+
+    def start(self) -> ChaosEnv:
+        for server in self.redis.values():
+            server.start()
+        self.kafka.start()
+        return self
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            from dedup.local.spark import local_spark_session
+
+            self._spark = local_spark_session("dedup-chaos", master="local[2,4]",
+                                              shuffle_partitions=4)
+        return self._spark
+
+    def stop(self) -> None:
+        if self._spark is not None and self._owns_spark:
+            self._spark.stop()
+        self.kafka.stop()
+        for server in self.redis.values():
+            server.stop()
+
+
+def pipeline_text(app_id: str, topic: str, spec: RunSpec, master: str = "local[2,4]") -> str:
+    dup90 = spec.kind == "dup90_tiny_bloom"
+    sink_options = ""
+    if spec.kind == "txn_timeout":
+        sink_options = (f'"kafka.transaction.timeout.ms" = "{TXN_TIMEOUT_MS}"\n'
+                        f'"max.batch.duration.ms" = "{TXN_TIMEOUT_MS - 1000}"\n')
+    return f"""
+app_id = "{app_id}"
+[source]
+type = "synthetic"
+seed = {spec.seed}
+rows_per_batch = {ROWS_PER_BATCH}
+total_rows = {ROWS}
+duplicate_rate = {0.9 if dup90 else 0.2}
+duplicate_distance = "later_batches"
+duplicate_gap_batches = 3
+num_partitions = 2
+[ids]
+strategy = "column"
+column = "event_id"
+[dedup]
+num_shards = 4
+bloom_capacity = {20 if dup90 else 100000}
+bloom_error_rate = {0.5 if dup90 else 0.01}
+[sink]
+type = "kafka"
+topic = "{topic}"
+partitions = 2
+key_column = "key"
+value_column = "payload"
+[sink.options]
+{sink_options}
+[run]
+master = "{master}"
+stop_after_idle_seconds = 5.0
+"""
+
+
+class _RecoveryClock:
+    """Time from the fault to the next growth of the topic's committed end offsets."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+
+    def committed_end(self) -> int | None:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "chaos-clock",
+                             "isolation.level": "read_committed", "log_level": 0})
+        try:
+            return sum(consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                      timeout=2, cached=False)[1]
+                       for p in range(2))
+        except Exception:  # broker down during the fault: no reading
+            return None
+        finally:
+            consumer.close()
+
+    def measure(self, injected_at: float, baseline: int | None, done: Callable[[], bool],
+                ) -> float | None:
+        while not done():
+            now_end = self.committed_end()
+            if now_end is not None and baseline is not None and now_end > baseline:
+                return time.monotonic() - injected_at
+            time.sleep(0.3)
+        now_end = self.committed_end()
+        if now_end is not None and baseline is not None and now_end > baseline:
+            return time.monotonic() - injected_at
+        return None
+
+
+class Run:
+    """State of one run while it executes."""
+
+    def __init__(self, env: ChaosEnv, spec: RunSpec) -> None:
+        self.env, self.spec = env, spec
+        self.app_id = f"chaos-{spec.index}-{spec.kind.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+        self.topic = f"{self.app_id}-out"
+        self.dir = env.workdir / "runs" / self.app_id
+        self.fp_dir = self.dir / "failpoints"
+        self.fp_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoint = str(self.dir / "checkpoint")
+        self.redis = env.redis["everysec" if spec.kind == "redis_kill_everysec" else "always"]
+        self.fault = FaultOutcome(kind=spec.kind)
+        self.finished = threading.Event()
+        self.component_back = threading.Event()
+        self.component_back.set()
+        self.clock = _RecoveryClock(env.kafka.bootstrap_servers, self.topic)
+        self.recovery_s: float | None = None
+
+    # -- the fault, in a thread beside the pipeline -----------------------------
+    def prepare(self) -> Callable[[], None] | None:
+        """Arm the fail-points of this run; return the injector to run in a thread."""
+        kind, k = self.spec.kind, self.spec.batch
+        if kind in {"worker_kill", "dup90_tiny_bloom"}:
+            point = self.spec.point if kind == "worker_kill" else "dedup.after_claim"
+            arm(self.fp_dir, point, "kill", match={"batch": k})
+            self.fault.detail = f"SIGKILL at {point}, batch {k}"
+            return lambda: self._confirm_fired(point)
+        if kind == "txn_timeout":
+            arm(self.fp_dir, "sink.before_commit", "stop", match={"batch": k})
+            self.fault.detail = f"SIGSTOP at sink.before_commit, batch {k}, " \
+                                f"{TXN_TIMEOUT_MS} ms timeout"
+            return self._txn_timeout
+        if kind in {"redis_kill_always", "redis_kill_everysec"}:
+            arm_sync(self.fp_dir, "dedup.after_claim", k, 3)
+            return self._redis_kill
+        if kind == "redis_unreachable":
+            arm_sync(self.fp_dir, "dedup.after_claim", k, 1)
+            return self._redis_freeze
+        if kind == "kafka_kill":
+            arm_sync(self.fp_dir, "sink.after_checkpoint", k, 3)
+            return self._kafka_kill
+        if kind == "zombie_producer":
+            arm_sync(self.fp_dir, "sink.after_checkpoint", k, 2)
+            return self._zombie
+        if kind == "driver_kill":
+            arm_sync(self.fp_dir, "sink.after_checkpoint", k, 5)
+            return None  # the subprocess runner kills the driver itself
+        if kind == "executor_kill":
+            arm_sync(self.fp_dir, "dedup.after_claim", k, 5)
+            return self._executor_kill
+        raise ValueError(f"unknown fault kind {kind!r}")
+
+    def _wait_sync(self, name: str) -> dict[str, Any] | None:
+        hit = wait_fired(self.fp_dir, name, timeout=300, stop=self.finished.is_set)
+        if hit is not None:
+            self.fault.injected_at = time.monotonic()
+            self.fault.evidence["fired"] = hit.get("context", {})
+        return hit
+
+    def _start_clock(self) -> None:
+        baseline = self.clock.committed_end()
+        injected = self.fault.injected_at or time.monotonic()
+        self.recovery_s = self.clock.measure(injected, baseline, self.finished.is_set)
+
+    def _confirm_fired(self, point: str) -> None:
+        if self._wait_sync(point) is not None:
+            self.fault.confirmed = True
+            self._start_clock()
+
+    def _txn_timeout(self) -> None:
+        hit = self._wait_sync("sink.before_commit")
+        if hit is None:
+            return
+        pid = int(hit["pid"])
+        time.sleep(TXN_TIMEOUT_MS / 1000 + 4)  # the coordinator aborts it meanwhile
+        if process_alive(pid):
+            os.kill(pid, signal.SIGCONT)
+        self.fault.evidence["stopped_pid"] = pid
+        self._start_clock()
+
+    def _redis_kill(self) -> None:
+        if self._wait_sync("dedup.after_claim") is None:
+            return
+        before = self.redis.pid
+        self.component_back.clear()
+        self.redis.kill()
+        time.sleep(1.0)
+        self.redis.start()
+        self.component_back.set()
+        self.fault.confirmed = before is not None and before != self.redis.pid
+        self.fault.detail = f"kill -9 of redis-server pid {before}, restarted as {self.redis.pid}"
+        self._start_clock()
+
+    def _redis_freeze(self) -> None:
+        if self._wait_sync("dedup.after_claim") is None or self.redis.pid is None:
+            return
+        seconds = REDIS_SOCKET_TIMEOUT_S * 2.5
+        self.component_back.clear()
+        freeze(self.redis.pid, seconds)
+        self.component_back.set()
+        self.fault.detail = f"redis-server SIGSTOPped {seconds:.0f} s (client timeout " \
+                            f"{REDIS_SOCKET_TIMEOUT_S:.0f} s)"
+        self._start_clock()
+
+    def _kafka_kill(self) -> None:
+        if self._wait_sync("sink.after_checkpoint") is None:
+            return
+        broker = self.env.kafka
+        before = broker.pid
+        self.component_back.clear()
+        broker.kill()
+        time.sleep(1.0)
+        broker.start()
+        self.component_back.set()
+        self.fault.confirmed = before is not None and before != broker.pid
+        self.fault.detail = f"kill -9 of the broker pid {before}, restarted as {broker.pid}"
+        self._start_clock()
+
+    def _zombie(self) -> None:
+        hit = self._wait_sync("sink.after_checkpoint")
+        if hit is None:
+            return
+        from sinks.config import SinkConfig
+
+        partition = int(hit.get("context", {}).get("partition", 0))
+        txn_id = SinkConfig.from_options({
+            "app_id": self.app_id, "kafka.bootstrap.servers": self.env.kafka.bootstrap_servers,
+            "topic": self.topic, "strong_productions": "false",
+        }).transactional_id(partition)
+        zombie = Producer({"bootstrap.servers": self.env.kafka.bootstrap_servers,
+                           "transactional.id": txn_id, "log_level": 0})
+        zombie.init_transactions(30)
+        zombie.begin_transaction()
+        for i in range(5):
+            zombie.produce(self.topic, value=b"zombie", headers=[(RECORD_ID_HEADER, f"z{i}")])
+        zombie.flush(30)
+        self.fault.detail = f"zombie producer {txn_id} began a transaction of 5 records"
+        self._start_clock()
+        try:
+            zombie.commit_transaction(30)
+            self.fault.evidence["zombie_commit"] = "succeeded"
+        except Exception as exc:  # the expected outcome: it was fenced
+            self.fault.evidence["zombie_commit"] = f"refused: {exc}"
+            self.fault.confirmed = True
+
+    def _executor_kill(self) -> None:
+        hit = self._wait_sync("dedup.after_claim")
+        if hit is None:
+            return
+        executor = ancestor_with(int(hit["pid"]), "CoarseGrainedExecutorBackend")
+        if executor is not None and process_alive(executor):
+            os.kill(executor, signal.SIGKILL)
+            self.fault.confirmed = True
+            self.fault.detail = f"SIGKILL of executor JVM pid {executor}"
+        self._start_clock()
+
+
+def run_inprocess(run: Run) -> int:
+    """Run the pipeline in this process's SparkSession; return the query restarts."""
+    from dedup.cli.config_file import parse_pipeline
+    from dedup.cli.pipeline import Addresses, start_query
+
+    pipeline = parse_pipeline(pipeline_text(run.app_id, run.topic, run.spec))
+    bootstrap = run.env.kafka.bootstrap_servers
+    addresses = Addresses(run.redis.url, bootstrap, bootstrap)
+    restarts = 0
+    while True:
+        run.component_back.wait(120)
+        query = start_query(run.env.spark, pipeline, addresses, run.checkpoint, str(run.fp_dir))
+        try:
+            query.processAllAvailable()
+            query.stop()
+            return restarts
+        except Exception as exc:  # a query death is what we recover from
+            run.fault.evidence.setdefault("query_errors", []).append(_first_line(exc))
+            _stop_quietly(query)
+            restarts += 1
+            if restarts > MAX_RESTARTS:
+                raise
+            time.sleep(1.0)
+
+
+def run_subprocess(run: Run) -> int:
+    """Run ``dedup run`` in a child process (killable driver); return the restarts."""
+    master = "local-cluster[2,1,1024]" if run.spec.kind == "executor_kill" else "local[2,4]"
+    config = run.dir / "pipeline.toml"
+    config.write_text(pipeline_text(run.app_id, run.topic, run.spec, master=master))
+    bootstrap = run.env.kafka.bootstrap_servers
+    argv = [str(Path(sys.executable).parent / "dedup"), "run", str(config), "--quiet",
+            "--redis-url", run.redis.url, "--bootstrap", bootstrap,
+            "--checkpoint", run.checkpoint, "--max-seconds", "300"]
+    env = {**os.environ, "DEDUP_FAILPOINT_DIR": str(run.fp_dir)}
+    log = open(run.dir / "driver.log", "ab")  # noqa: SIM115 - closed below
+    restarts = 0
+    try:
+        driver = subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True)
+        if run.spec.kind == "driver_kill":
+            hit = wait_fired(run.fp_dir, "sink.after_checkpoint", 300,
+                             stop=lambda: driver.poll() is not None)
+            if hit is not None:
+                run.fault.injected_at = time.monotonic()
+                os.killpg(driver.pid, signal.SIGKILL)
+                code = driver.wait(60)
+                run.fault.confirmed = code == -signal.SIGKILL
+                run.fault.detail = f"SIGKILL of the driver process group (pid {driver.pid})"
+                restarts += 1
+                threading.Thread(target=run._start_clock, daemon=True).start()
+                driver = subprocess.Popen(argv, env=env, stdout=log, stderr=log,
+                                          start_new_session=True)
+        code = driver.wait(420)
+        if code != 0:
+            raise RuntimeError(f"dedup run exited with {code}; see {run.dir / 'driver.log'}")
+        return restarts
+    finally:
+        log.close()
+
+
+def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:
+    """Execute one scheduled run and verify its output. Never raises."""
+    from sources.synthetic_rows import SyntheticOptions, expected_output
+
+    run = Run(env, spec)
+    started = time.monotonic()
+    result = RunResult(spec=spec, fault=run.fault)
+    injector: threading.Thread | None = None
+    try:
+        ensure_topic(env.kafka.bootstrap_servers, run.topic, partitions=2)
+        inject = run.prepare()
+        if inject is not None:
+            injector = threading.Thread(target=inject, daemon=True)
+            injector.start()
+        if spec.kind in SUBPROCESS_KINDS:
+            result.restarts = run_subprocess(run)
+        else:
+            result.restarts = run_inprocess(run)
+    except Exception as exc:  # recorded; the run counts as failed
+        result.error = _first_line(exc)
+    finally:
+        run.finished.set()
+        if injector is not None:
+            injector.join(120)
+    if spec.kind in {"worker_kill", "dup90_tiny_bloom", "txn_timeout", "driver_kill",
+                     "redis_unreachable"} and not run.fault.confirmed:
+        run.fault.confirmed = bool(fired(run.fp_dir)) and _confirm_extra(run)
+    options = SyntheticOptions(seed=spec.seed, rows_per_batch=ROWS_PER_BATCH, total_rows=ROWS,
+                               duplicate_rate=0.9 if spec.kind == "dup90_tiny_bloom" else 0.2,
+                               duplicate_distance="later_batches", duplicate_gap_batches=3,
+                               num_partitions=2)
+    expected = {rid: payload.encode() for rid, payload in expected_output(options).items()}
+    try:
+        result.report = verify_topic(env.kafka.bootstrap_servers, run.topic, expected).as_dict()
+    except Exception as exc:  # a verifier failure fails the run
+        result.error = result.error or f"verify: {_first_line(exc)}"
+    result.recovery_s = run.recovery_s
+    result.duration_s = time.monotonic() - started
+    return result
+
+
+def _confirm_extra(run: Run) -> bool:
+    """Extra evidence for faults whose fail-point firing alone is not proof enough."""
+    if run.spec.kind == "txn_timeout":
+        # the stopped transaction was aborted by the coordinator: its records are
+        # in the log (read_uncommitted) but not visible to read_committed readers
+        everything = consume_all(run.env.kafka.bootstrap_servers, run.topic, "read_uncommitted")
+        visible = consume_all(run.env.kafka.bootstrap_servers, run.topic, "read_committed")
+        run.fault.evidence["aborted_records"] = len(everything) - len(visible)
+        return len(everything) > len(visible)
+    if run.spec.kind == "redis_unreachable":
+        errors = run.fault.evidence.get("query_errors", [])
+        run.fault.evidence["failed_closed"] = bool(errors)
+        # fail closed = the batch in flight failed instead of deciding without Redis
+        return bool(errors) or (run.recovery_s or 0) >= REDIS_SOCKET_TIMEOUT_S
+    return True
+
+
+def _first_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    for line in text.splitlines():
+        if "Error" in line or "Exception" in line:
+            return line.strip()[:300]
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _stop_quietly(query: Any) -> None:
+    with contextlib.suppress(Exception):  # the query is already dead
+        query.stop()
