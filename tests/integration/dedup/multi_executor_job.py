@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
               .option("maxFilesPerTrigger", 1).json(input_dir))
     rows: list[dict[str, object]] = []
 
-    def collect(batch_df, batch_id):  # type: ignore[no-untyped-def]
+    def collect(batch_df: Any, batch_id: int) -> None:
         pids = batch_df.rdd.mapPartitions(lambda it: [os.getpid()]).collect()
         rows.extend({"id": r["_record_id"], "v": r["v"], "batch": batch_id}
                     for r in batch_df.collect())
