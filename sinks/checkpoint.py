@@ -3,7 +3,8 @@
 Key layout (``{...}`` is the Redis Cluster hash tag, one slot per (app, partition)):
 
 ``dedup:{<app>:p<partition>}:sink:ckpt:<query id>:<batch>``
-    The partition's records (Arrow IPC stream), written with ``SET NX``: the
+    The partition's input rows with their record IDs (Arrow IPC stream, as
+    the first attempt received them from Spark), written with ``SET NX``: the
     first attempt wins, and every retry reads the winner back and emits it.
 ``dedup:{<app>}:sink:ckpt-index``
     Sorted set of ``<query id>:<batch>:<partition>`` scored by batch, to find
@@ -21,55 +22,36 @@ from sinks.exceptions import (
     CheckpointUnavailableError,
     UnsafeSinkSettingError,
 )
-from sinks.records import OutRecord
 
 _CLIENTS: dict[tuple[str, float], Any] = {}
 
 
-def _schema() -> Any:
+def encode_batches(batches: list[Any]) -> bytes:
+    """Arrow IPC bytes of a partition's input batches (no pickle: a checkpoint is data).
+
+    The batches hold the rows with their record IDs exactly as the first
+    attempt saw them; zero rows encode as ``b""``.
+    """
     import pyarrow as pa
 
-    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
-    return pa.schema([
-        ("topic", pa.string()), ("partition", pa.int32()), ("key", pa.binary()),
-        ("value", pa.binary()), ("headers", pa.list_(header)), ("record_id", pa.binary()),
-    ])
-
-
-def encode_records(records: list[OutRecord]) -> bytes:
-    """Arrow IPC bytes of ``records`` (no pickle: a checkpoint is data, never code)."""
-    import pyarrow as pa
-
-    schema = _schema()
-    table = pa.table({
-        "topic": [r.topic for r in records],
-        "partition": [r.partition for r in records],
-        "key": [r.key for r in records],
-        "value": [r.value for r in records],
-        "headers": [[{"key": k, "value": v} for k, v in r.headers] for r in records],
-        "record_id": [r.record_id for r in records],
-    }, schema=schema)
+    if not batches:
+        return b""
     sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, schema) as writer:
-        writer.write_table(table)
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
     return sink.getvalue()
 
 
-def decode_records(data: bytes) -> list[OutRecord]:
-    """Inverse of :func:`encode_records`."""
+def decode_batches(data: bytes) -> list[Any]:
+    """Inverse of :func:`encode_batches`."""
     import pyarrow as pa
 
+    if not data:
+        return []
     try:
-        table = pa.ipc.open_stream(io.BytesIO(data)).read_all()
-        columns = {name: table.column(name).to_pylist() for name in table.column_names}
-        return [
-            OutRecord(t, p, k, v, tuple((h["key"], h["value"]) for h in hs or ()), rid)
-            for t, p, k, v, hs, rid in zip(columns["topic"], columns["partition"],
-                                           columns["key"], columns["value"],
-                                           columns["headers"], columns["record_id"],
-                                           strict=True)
-        ]
-    except (pa.ArrowException, KeyError, ValueError) as exc:
+        return list(pa.ipc.open_stream(io.BytesIO(data)))
+    except (pa.ArrowException, ValueError) as exc:
         raise CheckpointStateError(
             "a sink checkpoint could not be decoded; it is corrupt or was written by "
             "something else under the toolkit's keys"
@@ -130,8 +112,8 @@ class CheckpointStore:
             )
 
     def put_if_absent(self, query_id: str, batch: int, partition: int,
-                      records: list[OutRecord]) -> tuple[list[OutRecord], bool]:
-        """Store ``records`` unless a checkpoint exists; return ``(stored records, won)``.
+                      data: bytes) -> tuple[bytes, bool]:
+        """Store ``data`` unless a checkpoint exists; return ``(stored data, won)``.
 
         Safe to repeat: every caller gets the first attempt's records back.
         Redis errors raise :class:`CheckpointUnavailableError` (the task fails).
@@ -142,21 +124,21 @@ class CheckpointStore:
         try:
             # Index first: a checkpoint that exists is always findable by GC.
             self.client.zadd(self.index_key, {f"{query_id}:{batch}:{partition}": batch})
-            won = bool(self.client.set(key, encode_records(records), nx=True))
+            won = bool(self.client.set(key, data, nx=True))
             if won:
-                return records, True
-            data = self.client.get(key)
+                return data, True
+            stored = self.client.get(key)
         except redis.RedisError as exc:
             raise CheckpointUnavailableError(
                 f"could not write the sink checkpoint of batch {batch} partition {partition}: "
                 f"{type(exc).__name__}: {exc}; the task fails and Spark retries it"
             ) from exc
-        if data is None:
+        if stored is None:
             raise CheckpointStateError(
                 f"the sink checkpoint of batch {batch} partition {partition} vanished between "
                 "SET NX and GET: was it garbage-collected by another query with this app_id?"
             )
-        return decode_records(data), False
+        return bytes(stored), False
 
     def collect_garbage(self, query_id: str, before_batch: int) -> int:
         """Delete this query's checkpoints of batches ``< before_batch``; return how many.

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from dedup.failpoints import fail_point
-from sinks.checkpoint import CheckpointStore
+from sinks.checkpoint import CheckpointStore, decode_batches, encode_batches
 from sinks.config import SinkConfig
 from sinks.records import InputLayout, iter_rows_as_batches, to_records
 from sinks.transactions import PartitionResult, write_partition
@@ -40,14 +40,18 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     repeat; a failure leaves nothing visible to ``read_committed`` readers
     and means the Spark task must be retried.
     """
-    records, dead = to_records(_as_arrow(batches, columns), config, layout, batch, partition)
-    records = records + dead
+    arrow = list(_as_arrow(batches, columns))
     replayed = False
     if config.strong_productions:
         assert config.redis is not None  # checked by SinkConfig
         store = CheckpointStore(config.redis, config.app_id)
-        records, won = store.put_if_absent(query_id, batch, partition, records)
-        replayed = not won
+        # The checkpoint is the Arrow input as received (cheap: no per-row
+        # work); the Kafka records derive from it deterministically.
+        stored, won = store.put_if_absent(query_id, batch, partition, encode_batches(arrow))
+        if not won:
+            arrow, replayed = decode_batches(stored), True
+    records, dead = to_records(arrow, config, layout, batch, partition)
     fail_point("sink.after_checkpoint", config.failpoint_dir, batch=batch,
                partition=partition, attempt=attempt)
-    return write_partition(config, records, query_id, batch, partition, replayed=replayed)
+    return write_partition(config, records + dead, query_id, batch, partition,
+                           replayed=replayed)

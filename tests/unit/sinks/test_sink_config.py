@@ -17,6 +17,7 @@ from pyspark.sql.types import (
 
 from dedup.constants import DEFAULT_ID_COLUMN
 from sinks import (
+    CheckpointStateError,
     ExactlyOnceKafkaForeachBatch,
     ExactlyOnceKafkaStreamWriter,
     SinkConfig,
@@ -25,7 +26,7 @@ from sinks import (
     SinkSchemaError,
     UnsafeSinkSettingError,
 )
-from sinks.checkpoint import CheckpointStore, decode_records, encode_records
+from sinks.checkpoint import CheckpointStore, decode_batches, encode_batches
 from sinks.records import OutRecord, check_schema, derive_record_id, to_records
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out", "app_id": "app-1",
@@ -149,10 +150,13 @@ def test_null_record_id_fails_or_goes_to_dead_letters() -> None:
 
 
 def test_checkpoint_encoding_round_trips() -> None:
-    records = [OutRecord("t", 1, b"k", b"v", (("h", b"x"), ("n", None)), b"id-1"),
-               OutRecord("t", None, None, None, (), b"id-2")]
-    assert decode_records(encode_records(records)) == records
-    assert decode_records(encode_records([])) == []
+    batches = [_batch([{"value": "a", "_record_id": "id-1"}, {"value": None, "_record_id": "x"}]),
+               _batch([{"value": "c", "_record_id": "id-3"}])]
+    decoded = decode_batches(encode_batches(batches))
+    assert [b.to_pylist() for b in decoded] == [b.to_pylist() for b in batches]
+    assert decode_batches(encode_batches([])) == []
+    with pytest.raises(CheckpointStateError):
+        decode_batches(b"not arrow")
 
 
 def test_everything_shipped_to_executors_pickles() -> None:
