@@ -179,3 +179,21 @@ def test_metrics_from_observed() -> None:
     m = DedupMetrics.from_observed({"records_in": 5, "kept": 3, "duplicates_in_batch": 1,
                                     "duplicates_catalog": 1}, catalog_size=9)
     assert m.duplicates_dropped == 2 and m.catalog_size == 9 and m.round_trips == 0
+
+
+@pytest.mark.parametrize("capacity, error_rate", [(4, 0.5), (100, 0.2), (50_000, 0.01),
+                                                  (400_000, 0.01), (10_000, 0.0001)])
+def test_vectorised_bloom_is_bit_identical_to_pybloom(capacity: int, error_rate: float) -> None:
+    from pybloom_live import BloomFilter
+
+    keys = [f"rec-{i}-\u00e9" for i in range(min(capacity, 3000))]
+    ours = ShardFilter(capacity, error_rate, "e", 0)
+    assert ours._hasher is not None  # the fast path is in use
+    assert ours.add_all(keys)
+    ref = BloomFilter(capacity, error_rate)
+    for key in keys:
+        ref.add(key)
+    assert ours._bf.bitarray == ref.bitarray
+    probe = [f"probe-{i}" for i in range(3000)] + keys[:50]
+    neg, pos = ours.split(probe)
+    assert set(pos) == {k for k in probe if k in ref} and set(neg) | set(pos) == set(probe)
