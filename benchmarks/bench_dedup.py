@@ -22,9 +22,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks._spark_bench import bench_services
 from benchmarks.common import merge_summary, run_metadata, write_json
 from dedup import BloomConfig, DedupConfig, Deduplicator, RedisConfig
+from dedup.local.services import RedisServer
 from dedup.local.spark import local_spark_session
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -42,9 +42,8 @@ def make_input(spark: Any, path: Path, records: int, files: int, dup_rate: float
     df = (spark.range(records)
           .withColumn("_record_id", sf.concat(sf.lit("rec-"), source.cast("string")))
           .withColumn("v", n)
-          .withColumn("payload", sf.sha2(n.cast("string"), 256))
-          .withColumn("file", (n * files / records).cast("int")))
-    df.repartition(files, "file").sortWithinPartitions("v").drop("file").write.parquet(str(path))
+          .withColumn("payload", sf.sha2(n.cast("string"), 256)))
+    df.repartitionByRange(files, "v").sortWithinPartitions("v").write.parquet(str(path))
     return int(spark.read.parquet(str(path)).select("_record_id").distinct().count())
 
 
@@ -102,12 +101,12 @@ def main() -> None:
                                 shuffle_partitions=args.shuffle_partitions)
     results: dict[str, Any] = {}
     try:
-        with bench_services("dedup") as services:
+        with RedisServer(work / "redis", appendonly=True, appendfsync="everysec") as redis:
             distinct = make_input(spark, work / "input", args.records, args.files,
                                   args.dup_rate)
             for variant in args.variants.split(","):
                 results[variant] = run_query(spark, variant, work / "input", work,
-                                             services.redis_url, args.files_per_trigger,
+                                             redis.url, args.files_per_trigger,
                                              args.num_shards)
                 print(variant, results[variant], flush=True)
     finally:
