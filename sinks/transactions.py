@@ -147,7 +147,10 @@ def read_marker(config: SinkConfig, partition: int) -> tuple[str | None, int]:
 
 
 def _is_fenced(error: KafkaError) -> bool:
-    return error.code() in _FENCED_CODES
+    """Fenced, or any fatal producer state (librdkafka reports a fence as a fatal
+    error, and produce() on such a producer fails with ``_FATAL``): the producer
+    is unusable and must be replaced."""
+    return error.code() in _FENCED_CODES or error.code() == KafkaError._FATAL or error.fatal()
 
 
 def _classify(exc: KafkaException, what: str) -> TransactionFailedError:
@@ -234,8 +237,6 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         if errors:
             if any(_is_fenced(e) for e in errors):
                 raise _Fenced()
-            if any(e.fatal() for e in errors):
-                raise TransactionFailedError(f"{what}: fatal delivery error {errors[0]}")
             raise _Abortable(f"{len(errors)} delivery errors, first {errors[0]}")
         consumer = _marker_consumer(config, partition)
         producer.send_offsets_to_transaction(
