@@ -1,8 +1,9 @@
 """One partition of one micro-batch, written to Kafka at most once (invariant 6).
 
 Per (app, partition) there is one transactional producer, ``transactional.id
-= <app_id>.p<partition>``, created lazily and cached per Python worker
-process. The batch marker is the committed offset of the one-partition
+= <app_id>.p<partition>``, created afresh for every partition write (its
+``init_transactions()`` is what fences the previous writer and aborts what it
+left open) and kept per Python worker process until the next write. The batch marker is the committed offset of the one-partition
 marker topic for the group ``<app_id>.sink.p<partition>``: offset =
 ``batch + 1``, metadata = the Spark query id. It is written with
 ``send_offsets_to_transaction`` inside the same transaction as the records,
@@ -18,9 +19,8 @@ Attempt of a partition::
 
 Abortable errors abort the transaction and retry the attempt (bounded).
 A fenced producer is dropped and the attempt is redone once with a fresh
-producer (partitions move between Python workers, so a cached producer is
-routinely fenced by a newer one of the same pool; the redo re-reads the
-marker inside a fresh transaction, so it can never emit twice). Fatal errors
+producer (the redo re-reads the marker inside a fresh transaction, so it can
+never emit twice); fenced twice means another live writer, and the task fails. Fatal errors
 and an unknown commit outcome drop the producer and fail the task: Spark's
 retry re-inits the producer, which settles the outcome, and the marker says
 whether to produce again.
@@ -267,6 +267,13 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
     ``read_committed`` readers.
     """
     txn_id = config.transactional_id(partition)
+    # Every task starts with a fresh producer: its init_transactions() fences
+    # whoever wrote this partition before and aborts a transaction they left
+    # open. A producer cached from an earlier batch would not: Spark moves
+    # partitions between Python workers, so a crashed attempt elsewhere may hold
+    # a newer epoch with an open transaction, and the marker read below would
+    # then block on its pending offsets until the transaction timed out.
+    drop_producer(txn_id)
     redo_after_fence = True
     attempt = 0
     while True:
