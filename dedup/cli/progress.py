@@ -49,6 +49,12 @@ class QueryWatcher:
         self.idle_since = time.monotonic()
 
     def poll(self, query: Any) -> None:
+        try:
+            # A batch still running (the first one can take long) is not idleness.
+            if (query.status or {}).get("isTriggerActive"):
+                self.idle_since = time.monotonic()
+        except Exception:
+            pass  # the query just stopped; its progress below still counts
         for item in query.recentProgress:
             raw = item if isinstance(item, dict) else getattr(item, "jsonValue", lambda: {})()
             if not isinstance(raw, dict):

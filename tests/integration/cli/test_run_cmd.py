@@ -1,0 +1,52 @@
+"""``dedup run`` with the shipped example pipeline, then ``dedup txn``, on the session services."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dedup.cli.config_file import example_path
+from dedup.cli.main import main
+from tests.integration.cli.jars import jar_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
+              pytest.mark.redis, pytest.mark.slow]
+
+
+def test_example_pipeline_runs_exactly_once(redis_url: str, kafka_bootstrap: str, app_id: str,
+                                            tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # The shipped example, verbatim except for names unique to this test.
+    text = example_path().read_text()
+    text = re.sub(r'^app_id = "[^"]*"', f'app_id = "{app_id}"', text, flags=re.MULTILINE)
+    text = re.sub(r'^topic = "[^"]*"', f'topic = "{app_id}-out"', text, flags=re.MULTILINE)
+    assert app_id in text and f"{app_id}-out" in text
+    config = tmp_path / "pipeline.toml"
+    config.write_text(text)
+    dedup = Path(sys.executable).with_name("dedup")
+    env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
+    result = subprocess.run(
+        [str(dedup), "run", str(config), "--redis-url", redis_url, "--bootstrap",
+         kafka_bootstrap, "--verify"],
+        capture_output=True, text=True, timeout=400, env=env, check=False,
+    )
+    out = result.stdout
+    assert result.returncode == 0, f"stdout:\n{out}\nstderr:\n{result.stderr}"
+    assert re.search(r"batch \d+: 2000 records in", out), out  # progress lines
+    assert f"dedup run {app_id}: 5 batches, 10000 records in" in out
+    assert "lost 0, duplicated 0, phantoms 0, mismatched 0, open transactions 0" in out
+    assert (tmp_path / "cache" / "runs" / app_id / "checkpoint").is_dir()
+
+    assert main(["txn", "list", "--app-id", app_id, "--bootstrap", kafka_bootstrap]) == 0
+    listed = capsys.readouterr().out
+    txn_ids = re.findall(rf"^({re.escape(app_id)}\.p\d+)  partition \d+  next batch 5 ",
+                         listed, flags=re.MULTILINE)
+    assert txn_ids, listed  # every sink partition with output committed batches 0..4
+    assert main(["txn", "abort", "--app-id", app_id, "--bootstrap", kafka_bootstrap]) == 0
+    aborted = capsys.readouterr().out
+    assert all(txn_id in aborted for txn_id in txn_ids)
