@@ -1,0 +1,206 @@
+"""Dedup throughput on one input: our operator against Spark's own operators.
+
+Same Spark session (``local[2]``, the same ``spark.sql.shuffle.partitions``
+for every variant, AQE off), same parquet input (generated once: ``records``
+rows, ``dup_rate`` of them re-sends of an earlier row within the last
+``window`` rows, so duplicates fall within and across micro-batches), same
+micro-batches (``maxFilesPerTrigger=1``), each variant with its own
+checkpoint, written to Spark's ``noop`` sink, run with ``availableNow``:
+
+* ``passthrough``: no dedup;
+* ``dedup_operator``: :func:`dedup.deduplicate` (Bloom + Redis catalog);
+* ``dropduplicates_hdfs`` / ``dropduplicates_rocksdb``: ``dropDuplicates``
+  with the HDFS-backed / RocksDB state store (state kept forever);
+* ``dropduplicates_within_watermark``: ``withWatermark`` (10 minutes of event
+  time) + ``dropDuplicatesWithinWatermark`` (HDFS-backed store).
+
+Each variant first runs once on a small warm-up input (not measured).
+Measured: wall time from ``start()`` to the end of ``availableNow``; records/s.
+Writes ``results/operators.json``; ratios to pass-through and dropDuplicates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._spark_bench import (
+    Progress,
+    bench_services,
+    ratio,
+    run_to_end,
+    streaming_batches,
+)
+from benchmarks.common import run_metadata, write_json
+
+VARIANTS = ("passthrough", "dedup_operator", "dropduplicates_hdfs", "dropduplicates_rocksdb",
+            "dropduplicates_within_watermark")
+SCHEMA = "event_id string, payload string, event_time timestamp"
+HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+SHUFFLE_PARTITIONS = 4
+NUM_SHARDS = 8
+
+
+def write_input(folder: Path, records: int, files: int, dup_rate: float, window: int,
+                seed: int) -> int:
+    """Write ``files`` parquet files; returns the number of distinct IDs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    source = np.arange(records)
+    dup_rows = np.flatnonzero(rng.random(records) < dup_rate)
+    dup_rows = dup_rows[dup_rows > 0]
+    back = rng.integers(1, window + 1, size=dup_rows.size)
+    source[dup_rows] = np.maximum(dup_rows - back, 0)
+    # chase chains so a duplicate always points at an original row
+    while True:
+        chained = source[source] != source
+        if not chained.any():
+            break
+        source = np.where(chained, source[source], source)
+    hi = rng.integers(0, 2**63, size=records, dtype=np.int64)
+    lo = rng.integers(0, 2**63, size=records, dtype=np.int64)
+    ids = np.array([f"{a:016x}{b:016x}" for a, b in zip(hi, lo, strict=True)], dtype=object)
+    base = np.datetime64("2026-01-01T00:00:00", "ms")
+    times = base + source.astype("timedelta64[ms]")
+    event_ids = ids[source]
+    payload = np.array([f"payload-{i:012d}-" + "x" * 40 for i in source], dtype=object)
+    per_file = -(-records // files)
+    for f in range(files):
+        part = slice(f * per_file, min(records, (f + 1) * per_file))
+        table = pa.table({"event_id": pa.array(event_ids[part], pa.string()),
+                          "payload": pa.array(payload[part], pa.string()),
+                          "event_time": pa.array(times[part], pa.timestamp("ms"))})
+        pq.write_table(table, folder / f"part-{f:04d}.parquet")
+    return int(np.unique(source).size)
+
+
+def build(spark: Any, variant: str, folder: Path, redis_url: str, tag: str) -> Any:
+    """The streaming DataFrame of one variant (``_record_id`` = ``event_id``)."""
+    from dedup import deduplicate
+    from dedup.config import DedupConfig, RedisConfig
+    from sources.files import read_files
+
+    df = read_files(spark, str(folder), format="parquet", schema=SCHEMA, id_strategy="column",
+                    key_column="event_id", max_files_per_trigger=1)
+    if variant == "passthrough":
+        return df
+    if variant == "dedup_operator":
+        cfg = DedupConfig(app_id=f"bench-ops-{tag}", redis=RedisConfig(url=redis_url),
+                          num_shards=NUM_SHARDS)
+        return deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS)
+    if variant == "dropduplicates_within_watermark":
+        return (df.withWatermark("event_time", "10 minutes")
+                .dropDuplicatesWithinWatermark(["_record_id"]))
+    return df.dropDuplicates(["_record_id"])
+
+
+def run_variant(spark: Any, variant: str, folder: Path, redis_url: str, workdir: Path
+                ) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:8]
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass",
+                   ROCKSDB if variant == "dropduplicates_rocksdb" else HDFS)
+    df = build(spark, variant, folder, redis_url, tag)
+    writer = (df.writeStream.format("noop").queryName(f"{variant}_{tag}")
+              .option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}")))
+    seconds, query = run_to_end(writer)
+    batches = streaming_batches(query)
+    run: dict[str, Any] = {"variant": variant, "seconds": round(seconds, 3),
+                           "batches": len(batches),
+                           "input_rows": sum(int(p["numInputRows"]) for p in batches)}
+    outputs = [int(p["sink"].get("numOutputRows", -1)) for p in batches]
+    if outputs and min(outputs) >= 0:
+        run["output_rows"] = sum(outputs)
+    if variant == "dedup_operator":
+        from dedup.operator import metric_name
+
+        name = metric_name(f"bench-ops-{tag}")
+        metrics = [p.get("observedMetrics", {}).get(name) for p in batches]
+        metrics = [m for m in metrics if m]
+        run["output_rows"] = sum(int(m["kept"]) for m in metrics)
+        trips = sum(int(m["round_trips"]) for m in metrics)
+        run["round_trips_per_shard_batch"] = ratio(trips, len(metrics) * NUM_SHARDS)
+        run["catalog_lookups_per_1000"] = ratio(
+            sum(int(m["catalog_lookups"]) for m in metrics) * 1000,
+            sum(int(m["records_in"]) for m in metrics), 2)
+        run["bloom_false_positives"] = sum(int(m["bloom_false_positives"]) for m in metrics)
+    state = [p.get("stateOperators") or [] for p in batches]
+    if state and state[-1]:
+        run["state_rows_end"] = int(state[-1][0].get("numRowsTotal", 0))
+        run["state_memory_bytes_end"] = int(state[-1][0].get("memoryUsedBytes", 0))
+    return run
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--dup-rate", type=float, default=0.05)
+    parser.add_argument("--window", type=int, default=200_000)
+    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.records, args.files, args.window = 200_000, 4, 20_000
+    log = Progress("operators")
+    runs: list[dict[str, Any]] = []
+    with bench_services("operators") as services:
+        data = services.workdir / "input"
+        warm = services.workdir / "warmup"
+        distinct = write_input(data, args.records, args.files, args.dup_rate, args.window, 1)
+        write_input(warm, 40_000, 2, args.dup_rate, 5_000, 2)
+        log(f"input written: {args.records:,} rows, {distinct:,} distinct, {args.files} files")
+        from dedup.local.spark import local_spark_session
+
+        spark = local_spark_session("bench-operators", master="local[2]",
+                                    shuffle_partitions=SHUFFLE_PARTITIONS, with_kafka=False)
+        try:
+            for variant in VARIANTS:
+                run_variant(spark, variant, warm, services.redis_url, services.workdir)
+            log("warm-up done")
+            for variant in VARIANTS:
+                run = run_variant(spark, variant, data, services.redis_url, services.workdir)
+                run["records_per_s"] = round(args.records / run["seconds"], 1)
+                expected = args.records if variant == "passthrough" else distinct
+                if "output_rows" in run:
+                    run["output_correct"] = run["output_rows"] == expected
+                runs.append(run)
+                log(f"{variant}: {run['seconds']:.1f} s, {run['records_per_s']:.0f} rec/s")
+                time.sleep(1)
+        finally:
+            spark.stop()
+    rate = {r["variant"]: r["records_per_s"] for r in runs}
+    op = rate["dedup_operator"]
+    result = {
+        "metadata": run_metadata(),
+        "level": "Spark streaming query, local[2], parquet file source -> noop sink",
+        "setup": {"records": args.records, "distinct": distinct, "dup_rate": args.dup_rate,
+                  "files": args.files, "max_files_per_trigger": 1,
+                  "shuffle_partitions": SHUFFLE_PARTITIONS, "num_shards": NUM_SHARDS,
+                  "redis": "redis-server, appendonly yes, appendfsync everysec",
+                  "bloom": "defaults (capacity 1M per shard, error rate 0.01)",
+                  "measured": "wall time start() -> end of availableNow, one run per "
+                              "variant after a warm-up run on a small input"},
+        "runs": runs,
+        "records_per_s": rate,
+        "dedup_over_passthrough": ratio(op, rate["passthrough"]),
+        "dedup_over_dropduplicates_rocksdb": ratio(op, rate["dropduplicates_rocksdb"]),
+        "dedup_over_dropduplicates_hdfs": ratio(op, rate["dropduplicates_hdfs"]),
+        "dedup_over_dropduplicates_within_watermark": ratio(
+            op, rate["dropduplicates_within_watermark"]),
+        "redis_roundtrips_per_shard_batch": next(
+            r["round_trips_per_shard_batch"] for r in runs if r["variant"] == "dedup_operator"),
+    }
+    write_json("operators.json", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
