@@ -122,40 +122,52 @@ class ShardFilter:
         return self.count + extra <= self.capacity
 
     def add_all(self, ids: Iterable[str]) -> bool:
-        """Add ``ids`` (str keys only); False (and partly added) when the filter is full."""
-        if self._hasher is not None:
-            keys = list(ids)
-            if not keys:
-                return True
-            if not self.has_room(len(keys)):
-                return False
-            positions = self._hasher.positions(keys)
-            fresh = int(np.count_nonzero(~self._contains(positions)))
-            flat = positions.ravel()
-            masks = (np.uint8(1) << (flat & np.uint64(7)).astype(np.uint8)).astype(np.uint8)
-            np.bitwise_or.at(self._bits, flat >> np.uint64(3), masks)
-            self._bf.count += fresh
+        """Add ``ids`` (str keys only); False (and nothing added) when the filter is full."""
+        keys = list(ids)
+        if not keys:
             return True
+        if not self.has_room(len(keys)):
+            return False
+        if self._hasher is not None:
+            return self.add_positions(self._hasher.positions(keys))
         add = self._bf.add
         try:
-            for key in ids:
+            for key in keys:
                 add(key)
         except IndexError:
             return False
         return True
 
+    def add_positions(self, positions: np.ndarray) -> bool:
+        """Add keys given by their bit positions (from :meth:`probe`); False when full."""
+        if not len(positions):
+            return True
+        if not self.has_room(len(positions)):
+            return False
+        fresh = int(np.count_nonzero(~self._contains(positions)))
+        flat = positions.ravel()
+        masks = (np.uint8(1) << (flat & np.uint64(7)).astype(np.uint8)).astype(np.uint8)
+        np.bitwise_or.at(self._bits, flat >> np.uint64(3), masks)
+        self._bf.count += fresh
+        return True
+
+    def probe(self, ids: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Hit mask of ``ids`` and their bit positions (None on pybloom's slow path).
+
+        A False in the mask means the key was surely never added.
+        """
+        if self._hasher is not None:
+            positions = self._hasher.positions(ids) if ids else np.zeros(
+                (0, self._hasher.num_slices), dtype=np.uint64)
+            return self._contains(positions), positions
+        bf = self._bf
+        return np.fromiter((key in bf for key in ids), dtype=bool, count=len(ids)), None
+
     def split(self, ids: list[str]) -> tuple[list[str], list[str]]:
         """``(negatives, positives)`` of ``ids``: negatives were surely never added."""
-        if self._hasher is not None and ids:
-            hit = self._contains(self._hasher.positions(ids))
-            keys = np.array(ids, dtype=object)
-            return keys[~hit].tolist(), keys[hit].tolist()
-        bf = self._bf
-        neg: list[str] = []
-        pos: list[str] = []
-        for key in ids:
-            (pos if key in bf else neg).append(key)
-        return neg, pos
+        hit, _ = self.probe(ids)
+        keys = np.array(ids, dtype=object)
+        return keys[~hit].tolist(), keys[hit].tolist()
 
     def retag(self, epoch: str, version: int) -> None:
         """Record that the filter now holds every ID up to ``(epoch, version)``."""

@@ -189,10 +189,9 @@ class RedisCatalog:
         args: list[Any] = [
             decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
-            cfg.lease_seconds, cfg.journal_versions, uuid.uuid4().hex, len(negatives),
+            cfg.lease_seconds, cfg.journal_versions, uuid.uuid4().hex,
+            "\n".join(negatives), "\n".join(positives),
         ]
-        args.extend(negatives)
-        args.extend(positives)
         reply = self._run("claim", keys, args, f"the claim of shard {shard} ({decision})")
         status = self._check_status(reply, shard)
         if status == "REPLAY":

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from dedup.bloom import WORKER_FILTERS, FilterCache, ShardFilter
 from dedup.catalog import ClaimReply, RedisCatalog, Snapshot
 from dedup.config import DedupConfig
@@ -79,14 +81,23 @@ class ShardClaimer:
             if bf is None:
                 bf = self._rebuild(shard, now, self.config.bloom.capacity)
                 round_trips += 1
-        negatives, positives = bf.split(ids) if bf is not None else (ids, [])
+        hit: np.ndarray | None = None
+        positions: np.ndarray | None = None
+        if bf is not None:
+            hit, positions = bf.probe(ids)
+            keys = np.array(ids, dtype=object)
+            negatives, positives = keys[~hit].tolist(), keys[hit].tolist()
+        else:
+            negatives, positives = ids, []
         reply = self.catalog.claim(shard, f"{query_id}:{batch_id}",
                                    bf.tag if bf is not None else None,
                                    negatives, positives, lease_owner, now)
         round_trips += 1
         kept = frozenset(reply.kept)
         if bf is not None and not reply.replay:
-            round_trips += self._update_filter(bf, shard, reply, now)
+            kept_mask = np.fromiter((key in kept for key in ids), dtype=bool, count=len(ids))
+            kept_positions = positions[kept_mask] if positions is not None else None
+            round_trips += self._update_filter(bf, shard, reply, now, kept_positions)
         if reply.replay:
             # The filter already holds this batch's claims: hits say nothing.
             positives = []
@@ -95,11 +106,15 @@ class ShardClaimer:
                             round_trips, reply.lookups, reply.mode)
 
     def _update_filter(self, bf: ShardFilter, shard: int, reply: ClaimReply,
-                       now: float) -> int:
+                       now: float, kept_positions: np.ndarray | None) -> int:
         """Bring ``bf`` to the reply's version; returns extra round trips (0 or 1)."""
         if reply.mode in ("trust", "journal") and reply.epoch == bf.epoch:
-            additions = reply.catch_up + reply.kept
-            if bf.has_room(len(additions)) and bf.add_all(additions):
+            if bf.has_room(len(reply.catch_up) + len(reply.kept)):
+                bf.add_all(reply.catch_up)
+                if kept_positions is not None:
+                    bf.add_positions(kept_positions)  # hashed once, in probe()
+                else:
+                    bf.add_all(reply.kept)
                 bf.retag(reply.epoch, reply.version)
                 return 0
             self._rebuild(shard, now, bf.capacity * 2)

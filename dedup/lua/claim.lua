@@ -11,7 +11,8 @@
 -- ARGV[6] num shards           ARGV[7] lease owner query id ("" = exempt)
 -- ARGV[8] lease seconds        ARGV[9] journal versions kept
 -- ARGV[10] epoch to use if the shard is new
--- ARGV[11] number of Bloom negatives; ARGV[12..] candidate IDs, negatives first
+-- ARGV[11] Bloom negatives, ARGV[12] Bloom positives: newline-joined IDs (one
+-- argument each: packing thousands of arguments cost more than the script)
 -- Returns {status, ...}; "OK": {epoch, version, kept, catch-up, mode, lookups}
 
 local state, dec, jr = KEYS[1], KEYS[2], KEYS[3]
@@ -68,15 +69,17 @@ elseif ARGV[2] == epoch and cver >= 0 and cver < version and version - cver <= k
   end
 end
 
-local nneg = tonumber(ARGV[11])
-local first, last = 12, #ARGV
+local cands = {}
+for id in string.gmatch(ARGV[11], '[^\n]+') do cands[#cands + 1] = id end
+local nneg = #cands
+for id in string.gmatch(ARGV[12], '[^\n]+') do cands[#cands + 1] = id end
 local new = {}
 local need = {}
-for i = first, last do
-  local id = ARGV[i]
-  if i < first + nneg and mode == 'trust' then
+for i = 1, #cands do
+  local id = cands[i]
+  if i <= nneg and mode == 'trust' then
     new[id] = true
-  elseif i < first + nneg and mode == 'journal' then
+  elseif i <= nneg and mode == 'journal' then
     if not journal[id] then new[id] = true end
   else
     need[#need + 1] = id
@@ -100,8 +103,8 @@ for i = 1, #need do
 end
 
 local kept = {}
-for i = first, last do
-  if new[ARGV[i]] then kept[#kept + 1] = ARGV[i] end
+for i = 1, #cands do
+  if new[cands[i]] then kept[#kept + 1] = cands[i] end
 end
 local blob = table.concat(kept, '\n')
 if #kept > 0 then

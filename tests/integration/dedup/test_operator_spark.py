@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from dedup import (
     BloomConfig,
@@ -20,6 +22,7 @@ from dedup import (
     UnsafeSettingError,
 )
 from dedup.bloom import FilterCache
+from dedup.catalog import decisions_key
 from dedup.local.services import RedisServer, free_port
 from tests.integration.dedup.helpers import (
     BatchCollector,
@@ -83,6 +86,16 @@ def test_streaming_across_batches_and_restarts(spark: Any, redis_url: str, app_i
     run_stream(spark, dedup, src, ck, second_run)
     assert second_run.failed and sorted(second_run.batches) == [3, 4, 5]
     assert_exact(first_run.rows() + second_run.rows(), reference(batches))
+    # Decisions of committed batches are collected by the listener (async).
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    deadline = time.monotonic() + 20
+    while True:
+        left = {int(str(f).rsplit(":", 1)[1]) for s in range(6)
+                for f in client.hkeys(decisions_key(app_id, s))}
+        if left <= {5} or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert left and left <= {5}, f"decisions of committed batches not collected: {left}"
 
 
 def test_tiny_bloom_filter_is_still_exact(spark: Any, redis_url: str, app_id: str,
