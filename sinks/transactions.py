@@ -3,7 +3,8 @@
 Per (app, partition) there is one transactional producer, ``transactional.id
 = <app_id>.p<partition>``, created afresh for every partition write (its
 ``init_transactions()`` is what fences the previous writer and aborts what it
-left open) and kept per Python worker process until the next write. The batch marker is the committed offset of the one-partition
+left open) and kept per Python worker process until the next write. The
+batch marker is the committed offset of the one-partition
 marker topic for the group ``<app_id>.sink.p<partition>``: offset =
 ``batch + 1``, metadata = the Spark query id. It is written with
 ``send_offsets_to_transaction`` inside the same transaction as the records,
@@ -20,7 +21,8 @@ Attempt of a partition::
 Abortable errors abort the transaction and retry the attempt (bounded).
 A fenced producer is dropped and the attempt is redone once with a fresh
 producer (the redo re-reads the marker inside a fresh transaction, so it can
-never emit twice); fenced twice means another live writer, and the task fails. Fatal errors
+never emit twice); fenced twice means another live writer, and the task
+fails. Fatal errors
 and an unknown commit outcome drop the producer and fail the task: Spark's
 retry re-inits the producer, which settles the outcome, and the marker says
 whether to produce again.
@@ -183,18 +185,21 @@ def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfi
                 producer.flush(CALL_TIMEOUT_S)  # so a read_uncommitted reader sees the half
             fail_point("sink.mid_produce", config.failpoint_dir, batch=batch,
                        partition=partition, attempt=attempt)
-        headers = [*record.headers, (RECORD_ID_HEADER, record.record_id)]
-        kwargs: dict[str, Any] = {"key": record.key, "value": record.value,
-                                  "headers": headers, "on_delivery": on_delivery}
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
+        headers: list[tuple[str, str | bytes | None]] = [*record.headers,
+                                                          (RECORD_ID_HEADER, record.record_id)]
         while True:
             try:
-                producer.produce(record.topic, **kwargs)
+                if record.partition is None:
+                    producer.produce(record.topic, record.value, record.key,
+                                     on_delivery=on_delivery, headers=headers)
+                else:
+                    producer.produce(record.topic, record.value, record.key, record.partition,
+                                     on_delivery=on_delivery, headers=headers)
                 break
             except BufferError:
                 producer.poll(0.05)  # queue full: let deliveries drain
-        producer.poll(0)
+        if index % 1000 == 999:
+            producer.poll(0)  # serve delivery callbacks without a call per record
     remaining = producer.flush(CALL_TIMEOUT_S)
     if remaining:
         errors.append(KafkaError(KafkaError._TIMED_OUT, f"{remaining} records undelivered"))
