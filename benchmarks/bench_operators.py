@@ -4,7 +4,8 @@ Same Spark session (``local[2]``, the same ``spark.sql.shuffle.partitions``
 for every variant, AQE off), same parquet input (generated once: ``records``
 rows, ``dup_rate`` of them re-sends of an earlier row within the last
 ``window`` rows, so duplicates fall within and across micro-batches), same
-micro-batches (``maxFilesPerTrigger=1``), each variant with its own
+micro-batches (``maxFilesPerTrigger``, 2 files of 100k rows by default, as in
+:mod:`benchmarks.bench_dedup`), each variant with its own
 checkpoint, written to Spark's ``noop`` sink, run with ``availableNow``:
 
 * ``passthrough``: no dedup;
@@ -83,14 +84,15 @@ def write_input(folder: Path, records: int, files: int, dup_rate: float, window:
     return int(np.unique(source).size)
 
 
-def build(spark: Any, variant: str, folder: Path, redis_url: str, tag: str) -> Any:
+def build(spark: Any, variant: str, folder: Path, redis_url: str, tag: str,
+          files_per_trigger: int) -> Any:
     """The streaming DataFrame of one variant (``_record_id`` = ``event_id``)."""
     from dedup import deduplicate
     from dedup.config import DedupConfig, RedisConfig
     from sources.files import read_files
 
     df = read_files(spark, str(folder), format="parquet", schema=SCHEMA, id_strategy="column",
-                    key_column="event_id", max_files_per_trigger=1)
+                    key_column="event_id", max_files_per_trigger=files_per_trigger)
     if variant == "passthrough":
         return df
     if variant == "dedup_operator":
@@ -103,12 +105,12 @@ def build(spark: Any, variant: str, folder: Path, redis_url: str, tag: str) -> A
     return df.dropDuplicates(["_record_id"])
 
 
-def run_variant(spark: Any, variant: str, folder: Path, redis_url: str, workdir: Path
-                ) -> dict[str, Any]:
+def run_variant(spark: Any, variant: str, folder: Path, redis_url: str, workdir: Path,
+                files_per_trigger: int) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     spark.conf.set("spark.sql.streaming.stateStore.providerClass",
                    ROCKSDB if variant == "dropduplicates_rocksdb" else HDFS)
-    df = build(spark, variant, folder, redis_url, tag)
+    df = build(spark, variant, folder, redis_url, tag, files_per_trigger)
     writer = (df.writeStream.format("noop").queryName(f"{variant}_{tag}")
               .option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}")))
     seconds, query = run_to_end(writer)
@@ -143,6 +145,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--files-per-trigger", type=int, default=2)
     parser.add_argument("--dup-rate", type=float, default=0.05)
     parser.add_argument("--window", type=int, default=200_000)
     parser.add_argument("--quick", action="store_true", help="small smoke sizes")
@@ -163,10 +166,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                     shuffle_partitions=SHUFFLE_PARTITIONS, with_kafka=False)
         try:
             for variant in VARIANTS:
-                run_variant(spark, variant, warm, services.redis_url, services.workdir)
+                run_variant(spark, variant, warm, services.redis_url, services.workdir, 1)
             log("warm-up done")
             for variant in VARIANTS:
-                run = run_variant(spark, variant, data, services.redis_url, services.workdir)
+                run = run_variant(spark, variant, data, services.redis_url, services.workdir,
+                                  args.files_per_trigger)
                 run["records_per_s"] = round(args.records / run["seconds"], 1)
                 expected = args.records if variant == "passthrough" else distinct
                 if "output_rows" in run:
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "metadata": run_metadata(),
         "level": "Spark streaming query, local[2], parquet file source -> noop sink",
         "setup": {"records": args.records, "distinct": distinct, "dup_rate": args.dup_rate,
-                  "files": args.files, "max_files_per_trigger": 1,
+                  "files": args.files, "max_files_per_trigger": args.files_per_trigger,
                   "shuffle_partitions": SHUFFLE_PARTITIONS, "num_shards": NUM_SHARDS,
                   "redis": "redis-server, appendonly yes, appendfsync everysec",
                   "bloom": "defaults (capacity 1M per shard, error rate 0.01)",

@@ -1,0 +1,172 @@
+"""End to end, Kafka to Kafka: Spark's at-least-once pipeline against ours.
+
+One Kafka input topic is filled once (``records`` rows, ``dup_rate`` of them
+re-sends of an earlier record with the same key and value, as a retrying
+producer would make). Then, in the same Spark session (``local[2]``, same
+shuffle partitions, same ``maxOffsetsPerTrigger``), each variant reads it
+from the start with :func:`sources.read_kafka` and writes its own output
+topic, run with ``availableNow``:
+
+* ``spark_alo``: Spark's Kafka source -> Spark's Kafka sink, pass-through
+  (at-least-once: the duplicates go through, and a retry can add more);
+* ``eos_strong``: source -> record ID (the key) -> :func:`dedup.deduplicate`
+  -> our ``exactly_once_kafka`` sink with strong productions;
+* ``eos_weak``: the same with ``strong_productions=false``.
+
+Every variant first runs once on a small warm-up topic. The outputs are
+read back (``read_committed``) and counted against the input. Writes
+``results/e2e.json``; ratios are throughput ratios to ``spark_alo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from benchmarks._spark_bench import Progress, bench_services, ratio, run_to_end, streaming_batches
+from benchmarks.bench_sink import INPUT_PARTITIONS
+from benchmarks.common import run_metadata, write_json
+from dedup.kafka_io import ensure_topic
+from dedup.verify import read_observed
+
+VARIANTS = ("spark_alo", "eos_strong", "eos_weak")
+SHUFFLE_PARTITIONS = 4
+
+
+def fill_with_duplicates(bootstrap: str, topic: str, records: int, dup_rate: float,
+                         value_bytes: int, seed: int) -> int:
+    """Produce ``records`` messages (duplicates re-send an earlier key and value).
+
+    Returns the number of distinct keys. Keys and values follow
+    :func:`benchmarks.bench_sink.fill`.
+    """
+    ensure_topic(bootstrap, topic, INPUT_PARTITIONS)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "queue.buffering.max.messages": 1_000_000})
+    rng = random.Random(seed)
+    pad = "x" * max(0, value_bytes - 20)
+    originals = 0
+    for _ in range(records):
+        if originals and rng.random() < dup_rate:
+            n = max(0, originals - 1 - rng.randrange(min(originals, 50_000)))
+        else:
+            n = originals
+            originals += 1
+        while True:
+            try:
+                producer.produce(topic, key=f"id-{n:09d}".encode(),
+                                 value=f"{n:09d}-{pad}".encode(),
+                                 partition=n % INPUT_PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(60)
+    return originals
+
+
+def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
+                per_trigger: int, workdir: Path) -> dict[str, Any]:
+    from dedup import deduplicate
+    from dedup.config import DedupConfig, RedisConfig
+    from sources.kafka import read_kafka
+
+    tag = uuid.uuid4().hex[:8]
+    out = f"bench-e2e-{variant}-{tag}"
+    ensure_topic(bootstrap, out, INPUT_PARTITIONS)
+    if variant == "spark_alo":
+        df = read_kafka(spark, bootstrap, source, id_strategy="none",
+                        max_offsets_per_trigger=per_trigger).select("key", "value")
+        writer = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                  .option("topic", out))
+    else:
+        app_id = f"bench-e2e-{variant}-{tag}"
+        df = read_kafka(spark, bootstrap, source, id_strategy="key",
+                        max_offsets_per_trigger=per_trigger)
+        cfg = DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url))
+        df = deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS)
+        writer = (df.select("key", "value", "_record_id").writeStream
+                  .format("exactly_once_kafka")
+                  .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+                  .option("app_id", app_id).option("redis.url", redis_url)
+                  .option("strong_productions", str(variant == "eos_strong").lower()))
+    writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
+    seconds, query = run_to_end(writer)
+    batches = streaming_batches(query)
+    written = read_observed(bootstrap, out)
+    keys = len({value for _, value in written})
+    return {"variant": variant, "seconds": round(seconds, 3), "batches": len(batches),
+            "input_rows": sum(int(p["numInputRows"]) for p in batches),
+            "records_out": len(written), "distinct_out": keys}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=400_000)
+    parser.add_argument("--dup-rate", type=float, default=0.05)
+    parser.add_argument("--per-trigger", type=int, default=50_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.records, args.per_trigger = 60_000, 20_000
+    log = Progress("e2e")
+    runs: list[dict[str, Any]] = []
+    with bench_services("e2e", kafka=True) as services:
+        bootstrap = services.bootstrap
+        distinct = fill_with_duplicates(bootstrap, "bench-e2e-input", args.records,
+                                        args.dup_rate, args.value_bytes, seed=3)
+        fill_with_duplicates(bootstrap, "bench-e2e-warmup", 10_000, args.dup_rate,
+                             args.value_bytes, seed=4)
+        log(f"input topic filled: {args.records:,} records, {distinct:,} distinct")
+        from dedup.local.spark import local_spark_session
+
+        spark = local_spark_session("bench-e2e", master="local[2]",
+                                    shuffle_partitions=SHUFFLE_PARTITIONS)
+        import sinks
+
+        sinks.register(spark)
+        try:
+            for variant in VARIANTS:
+                run_variant(spark, variant, bootstrap, services.redis_url, "bench-e2e-warmup",
+                            args.per_trigger, services.workdir)
+            log("warm-up done")
+            for variant in VARIANTS:
+                run = run_variant(spark, variant, bootstrap, services.redis_url,
+                                  "bench-e2e-input", args.per_trigger, services.workdir)
+                run["records_per_s"] = round(args.records / run["seconds"], 1)
+                expected = args.records if variant == "spark_alo" else distinct
+                run["output_correct"] = (run["records_out"] == expected
+                                         and run["distinct_out"] == distinct)
+                run["duplicates_out"] = run["records_out"] - run["distinct_out"]
+                runs.append(run)
+                log(f"{variant}: {run['seconds']:.1f} s, {run['records_per_s']:.0f} rec/s, "
+                    f"out {run['records_out']:,} ({run['duplicates_out']:,} duplicates)")
+        finally:
+            spark.stop()
+    rate = {r["variant"]: r["records_per_s"] for r in runs}
+    result = {
+        "metadata": run_metadata(),
+        "level": "Spark streaming query, local[2], Kafka topic -> Kafka topic",
+        "setup": {"records": args.records, "distinct": distinct, "dup_rate": args.dup_rate,
+                  "per_trigger": args.per_trigger, "value_bytes": args.value_bytes,
+                  "input_partitions": INPUT_PARTITIONS,
+                  "shuffle_partitions": SHUFFLE_PARTITIONS,
+                  "redis": "redis-server, appendonly yes, appendfsync everysec",
+                  "measured": "wall time start() -> end of availableNow, one run per "
+                              "variant after a warm-up run on a small topic"},
+        "runs": runs,
+        "records_per_s": rate,
+        "e2e_eos_over_alo_kafka": ratio(rate["eos_strong"], rate["spark_alo"]),
+        "e2e_eos_weak_over_alo_kafka": ratio(rate["eos_weak"], rate["spark_alo"]),
+    }
+    write_json("e2e.json", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""Plots, the markdown table and the summary keys from the benchmark JSON files.
+
+Reads whatever of ``bloom.json``, ``operators.json``, ``e2e.json``,
+``growth.json``, ``profile_operator.json`` and ``sink.json`` exist in
+``benchmarks/results/``, writes ``*.png`` (matplotlib, Agg), ``README.md``
+(date and machine from the results' metadata) and merges the headline
+figures into ``summary.json``. Safe to repeat; reads only files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS_DIR, merge_summary, run_metadata
+
+HEADLINES = {
+    "operators": ("dedup_over_dropduplicates_rocksdb", "dedup_over_dropduplicates_hdfs",
+                  "dedup_over_passthrough", "dedup_over_dropduplicates_within_watermark"),
+    "bloom": ("bloom_fp_observed_over_configured", "bloom_bits_per_id_over_theory",
+              "bloom_fp_probe_over_configured"),
+    "e2e": ("e2e_eos_over_alo_kafka", "e2e_eos_weak_over_alo_kafka"),
+    "growth": ("catalog_bytes_per_id",),
+}
+
+
+def load(name: str, results: Path = RESULTS_DIR) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def summary_figures(data: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The flat summary keys, from the results that exist."""
+    figures: dict[str, Any] = {}
+    for name, keys in HEADLINES.items():
+        if name in data:
+            figures.update({k: data[name][k] for k in keys if k in data[name]})
+    trips = [v for v in (
+        data.get("bloom", {}).get("redis_roundtrips_per_shard_batch"),
+        data.get("growth", {}).get("redis_roundtrips_per_shard_batch_max"),
+    ) if v is not None]
+    if trips:
+        # shard-claim level, steady state incl. filter rebuilds; worst of both benches
+        figures["redis_roundtrips_per_shard_batch"] = max(trips)
+    if "operators" in data:
+        figures["redis_roundtrips_per_shard_batch_spark"] = (
+            data["operators"]["redis_roundtrips_per_shard_batch"])
+    return figures
+
+
+def plots(data: dict[str, dict[str, Any]], results: Path = RESULTS_DIR) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[str] = []
+    if "bloom" in data:
+        cells = data["bloom"]["cells"]
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        for dup in sorted({c["dup_rate"] for c in cells}):
+            row = sorted((c for c in cells if c["bloom"] and c["dup_rate"] == dup),
+                         key=lambda c: c["error_rate"])
+            off = next(c for c in cells if not c["bloom"] and c["dup_rate"] == dup)
+            xs = [c["error_rate"] for c in row]
+            for ax, key in zip(axes, ("records_per_s", "redis_cpu_ms_per_1000",
+                                      "catalog_lookups_per_1000"), strict=True):
+                line = ax.plot(xs, [c[key] for c in row], marker="o", label=f"dup {dup:.0%}")
+                ax.axhline(off[key], linestyle="--", color=line[0].get_color(), alpha=0.5)
+        titles = ("claim throughput (records/s)", "Redis CPU (ms per 1,000 records)",
+                  "catalog lookups per 1,000 records")
+        for ax, title in zip(axes, titles, strict=True):
+            ax.set_xscale("log")
+            ax.set_xlabel("configured Bloom error rate (dashed: no Bloom filter)")
+            ax.set_title(title)
+            ax.grid(alpha=0.3)
+        axes[2].set_yscale("symlog", linthresh=1)
+        axes[0].legend()
+        fig.suptitle("Bloom false-positive cost (shard-claim level, real redis-server)")
+        fig.tight_layout()
+        fig.savefig(results / "bloom.png", dpi=110)
+        plt.close(fig)
+        written.append("bloom.png")
+    for name, title in (("operators", "Dedup throughput, same input, local[2]"),
+                        ("e2e", "Kafka -> Kafka end to end, local[2]")):
+        if name not in data:
+            continue
+        rate = data[name]["records_per_s"]
+        fig, ax = plt.subplots(figsize=(8, 3.8))
+        ax.barh(list(rate), list(rate.values()), color="tab:blue")
+        for i, value in enumerate(rate.values()):
+            ax.text(value, i, f" {value:,.0f}", va="center")
+        ax.set_xlabel("records/s")
+        ax.set_title(title)
+        fig.tight_layout()
+        fig.savefig(results / f"{name}.png", dpi=110)
+        plt.close(fig)
+        written.append(f"{name}.png")
+    if "growth" in data:
+        samples = data["growth"]["samples"]
+        xs = [s["catalog_ids"] / 1e6 for s in samples]
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        axes[0].plot(xs, [s["records_per_s"] for s in samples], marker="o")
+        axes[0].set_title("claim records/s")
+        axes[1].plot(xs, [s["redis_used_memory"] / 2**20 for s in samples], marker="o")
+        axes[1].set_title("Redis used_memory (MiB)")
+        axes[2].plot(xs, [s["bytes_per_id"] for s in samples], marker="o")
+        axes[2].set_title("Redis bytes per catalog ID")
+        for ax in axes:
+            ax.set_xlabel("catalog IDs (millions)")
+            ax.grid(alpha=0.3)
+        fig.suptitle("Catalog growth (shard-claim level)")
+        fig.tight_layout()
+        fig.savefig(results / "growth.png", dpi=110)
+        plt.close(fig)
+        written.append("growth.png")
+    return written
+
+
+def _bar(value: float | None, bar: float, goal: float | None = None,
+         lower_is_better: bool = False) -> str:
+    if value is None:
+        return "not measured"
+    met = value <= bar if lower_is_better else value >= bar
+    text = "met" if met else f"MISSED by {abs(value - bar) / bar:.0%}"
+    if goal is not None and met:
+        text += " (goal met)" if value >= goal else f" (goal {goal}x not reached)"
+    return text
+
+
+def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
+    meta = next((d["metadata"] for d in data.values() if "metadata" in d), run_metadata())
+    lines = [
+        "# Benchmark results", "",
+        f"Run: {meta['date']} on {meta['machine']} (Python {meta['python']}, "
+        f"PySpark {meta['pyspark']}, librdkafka {meta['librdkafka']}). "
+        "Regenerate with `python -m benchmarks.run_all`. Every ratio compares "
+        "variants run in the same run on the same input; > 1 means ours is faster.", "",
+        "## Headline figures (`summary.json`)", "",
+        "| figure | value | bar | status |", "|---|---|---|---|",
+    ]
+    bars = [
+        ("dedup_over_dropduplicates_rocksdb", ">= 1.0x (goal 3x)",
+         _bar(figures.get("dedup_over_dropduplicates_rocksdb"), 1.0, 3.0)),
+        ("dedup_over_dropduplicates_hdfs", "reported", ""),
+        ("dedup_over_passthrough", "overhead reported", ""),
+        ("redis_roundtrips_per_shard_batch", "constant (1 + rebuilds)", ""),
+        ("redis_roundtrips_per_shard_batch_spark", "constant", ""),
+        ("bloom_fp_observed_over_configured", "<= 1.5x",
+         _bar(figures.get("bloom_fp_observed_over_configured"), 1.5, lower_is_better=True)),
+        ("bloom_fp_probe_over_configured", "<= 1.5x (at full load)",
+         _bar(figures.get("bloom_fp_probe_over_configured"), 1.5, lower_is_better=True)),
+        ("bloom_bits_per_id_over_theory", "~1.0", ""),
+        ("e2e_eos_over_alo_kafka", ">= 0.5x (goal 0.9x)",
+         _bar(figures.get("e2e_eos_over_alo_kafka"), 0.5, 0.9)),
+        ("catalog_bytes_per_id", "reported", ""),
+    ]
+    for key, bar, status in bars:
+        if key in figures:
+            lines.append(f"| `{key}` | {figures[key]} | {bar} | {status} |")
+    if "operators" in data:
+        ops = data["operators"]
+        setup = ops["setup"]
+        lines += ["", "## Dedup throughput (Spark, same input)", "",
+                  f"{setup['records']:,} records ({setup['dup_rate']:.0%} duplicates, "
+                  f"{setup['files']} parquet files, {setup['max_files_per_trigger']} per "
+                  "micro-batch), local[2], "
+                  f"{setup['shuffle_partitions']} shuffle partitions for all, noop sink.", "",
+                  "| variant | seconds | records/s | output correct | state rows |",
+                  "|---|---|---|---|---|"]
+        for r in ops["runs"]:
+            lines.append(f"| {r['variant']} | {r['seconds']} | {r['records_per_s']:,.0f} | "
+                         f"{r.get('output_correct', '-')} | {r.get('state_rows_end', '-')} |")
+        lines += ["", "![operators](operators.png)"]
+    if "e2e" in data:
+        e2e = data["e2e"]
+        setup = e2e["setup"]
+        lines += ["", "## End to end, Kafka to Kafka", "",
+                  f"{setup['records']:,} input records ({setup['dup_rate']:.0%} re-sent), "
+                  f"maxOffsetsPerTrigger {setup['per_trigger']:,}.", "",
+                  "| variant | seconds | records/s | records out | duplicates out |",
+                  "|---|---|---|---|---|"]
+        for r in e2e["runs"]:
+            lines.append(f"| {r['variant']} | {r['seconds']} | {r['records_per_s']:,.0f} | "
+                         f"{r['records_out']:,} | {r['duplicates_out']:,} |")
+        lines += ["", "![e2e](e2e.png)"]
+    if "bloom" in data:
+        bloom = data["bloom"]
+        lines += ["", "## Bloom false-positive cost", "", f"Level: {bloom['level']}. "
+                  f"Setup: {json.dumps(bloom['setup'])}.", "",
+                  "| error rate | dup | records/s | p50 / p99 batch ms | lookups/1000 | "
+                  "Redis CPU ms/1000 | FP observed | FP/configured | probe FP/configured | "
+                  "bits/ID (theory) | round trips/shard-batch |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for c in bloom["cells"]:
+            p = c["error_rate"] if c["bloom"] else "no Bloom"
+            fp = (f"{c['fp_observed']:.2e}", c["fp_observed_over_configured"],
+                  c["probe_fp_over_configured"],
+                  f"{c['bits_per_id']} ({c['bits_per_id_theory']})") if c["bloom"] else (
+                      "-", "-", "-", "-")
+            lines.append(
+                f"| {p} | {c['dup_rate']:.0%} | {c['records_per_s']:,.0f} | "
+                f"{c['batch_latency_ms_p50']} / {c['batch_latency_ms_p99']} | "
+                f"{c['catalog_lookups_per_1000']} | {c['redis_cpu_ms_per_1000']} | "
+                f"{fp[0]} | {fp[1]} | {fp[2]} | {fp[3]} | {c['round_trips_per_shard_batch']} |")
+        lines += ["", "![bloom](bloom.png)"]
+    if "growth" in data:
+        growth = data["growth"]
+        lines += ["", "## Catalog growth", "", f"Level: {growth['level']}. Memory at the end: "
+                  f"{json.dumps(growth['memory_breakdown_bytes'])} (ID sets "
+                  f"{growth['id_set_bytes_per_id']} B/ID, catch-up journal "
+                  f"{growth['journal_bytes_per_id']} B/ID).", "",
+                  "| catalog IDs | records/s | p50 / p99 batch ms | round trips/shard-batch | "
+                  "used_memory MiB | bytes/ID |", "|---|---|---|---|---|---|"]
+        for s in growth["samples"]:
+            lines.append(f"| {s['catalog_ids']:,} | {s['records_per_s']:,.0f} | "
+                         f"{s['batch_latency_ms_p50']} / {s['batch_latency_ms_p99']} | "
+                         f"{s['round_trips_per_shard_batch']} | "
+                         f"{s['redis_used_memory'] / 2**20:,.0f} | {s['bytes_per_id']} |")
+        lines += ["", "![growth](growth.png)"]
+    if "profile_operator" in data:
+        prof = data["profile_operator"]
+        lines += ["", "## Profile of one operator partition", "",
+                  f"{prof['level']}: {prof['us_per_row']} us/row "
+                  f"({prof['rows_per_s_one_core']:,.0f} rows/s on one core); share of time: "
+                  f"{json.dumps(prof['share_of_profiled_time'])}."]
+    notes = RESULTS_DIR / "NOTES.md"
+    if notes.exists():
+        lines += ["", notes.read_text().strip()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> dict[str, Any]:
+    data = {name: d for name in ("bloom", "operators", "e2e", "growth", "profile_operator")
+            if (d := load(name)) is not None}
+    figures = summary_figures(data)
+    merge_summary(figures)
+    plots(data)
+    (RESULTS_DIR / "README.md").write_text(markdown(data, figures))
+    return figures
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=2))

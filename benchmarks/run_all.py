@@ -1,0 +1,60 @@
+"""Run every benchmark, then the report: ``python -m benchmarks.run_all [--quick]``.
+
+Each benchmark runs in its own Python process (its own services and Spark
+session, stopped on the way out), in this order: Bloom FP cost matrix,
+catalog growth, operator profile, dedup throughput against Spark's
+operators, end to end Kafka to Kafka. Then :mod:`benchmarks.report` writes
+the plots, ``results/README.md`` and the ``summary.json`` keys. A failing
+benchmark is reported and the others still run; the exit status is 1 then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks.common import run_metadata, write_json
+
+STEPS = ("bench_bloom", "bench_growth", "profile_operator", "bench_operators", "bench_e2e")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small smoke sizes (minutes)")
+    parser.add_argument("--only", default=",".join(STEPS),
+                        help=f"comma-separated subset of {', '.join(STEPS)}")
+    args = parser.parse_args(argv)
+    chosen = [s for s in args.only.split(",") if s]
+    unknown = set(chosen) - set(STEPS)
+    if unknown:
+        parser.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {', '.join(STEPS)}")
+    steps: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for step in chosen:
+        command = [sys.executable, "-m", f"benchmarks.{step}", *(["--quick"] if args.quick
+                                                                 else [])]
+        print(f"== {step}: {' '.join(command[1:])}", flush=True)
+        t0 = time.perf_counter()
+        code = subprocess.call(command)
+        seconds = round(time.perf_counter() - t0, 1)
+        steps.append({"step": step, "seconds": seconds, "exit_code": code})
+        print(f"== {step}: exit {code} after {seconds} s", flush=True)
+    from benchmarks import report
+
+    figures = report.main()
+    total = round(time.perf_counter() - started, 1)
+    write_json("run_all.json", {"metadata": run_metadata(), "quick": args.quick,
+                                "command": "python -m benchmarks.run_all"
+                                           + (" --quick" if args.quick else ""),
+                                "steps": steps, "total_seconds": total})
+    for key, value in sorted(figures.items()):
+        print(f"{key}: {value}")
+    print(f"total {total} s", flush=True)
+    return 1 if any(s["exit_code"] for s in steps) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
