@@ -149,8 +149,9 @@ def process_table(config: DedupConfig, table: pa.Table, query_id: str, batch_id:
             fail_point("dedup.after_claim", config.fail_points.directory, batch=batch_id,
                        shard=shard, partition=partition, query=query_id)
             kept = outcome.kept
-            keep = np.fromiter((key in kept for key in candidates), dtype=bool,
-                               count=len(candidates))
+            keep = (np.ones(len(candidates), dtype=bool) if len(kept) == len(candidates) else
+                    np.fromiter((key in kept for key in candidates), dtype=bool,
+                                count=len(candidates)))
             status[unique_rows[group[keep]]] = KEPT
             anchor = unique_rows[group[0]]
             bloom_pos[anchor] = outcome.bloom_positives

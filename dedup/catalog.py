@@ -201,7 +201,14 @@ class RedisCatalog:
         if status != "OK":
             raise CatalogStateError(f"unexpected claim reply {status!r} for shard {shard}")
         text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]
-        return ClaimReply(kept=_split(text[2]), replay=False, epoch=text[0],
+        dropped = _split(text[2])
+        if dropped:
+            gone = set(dropped)
+            kept = [key for key in negatives if key not in gone]
+            kept += [key for key in positives if key not in gone]
+        else:
+            kept = negatives + positives
+        return ClaimReply(kept=kept, replay=False, epoch=text[0],
                           version=int(text[1]), catch_up=_split(text[3]), mode=text[4],
                           lookups=int(text[5]))
 

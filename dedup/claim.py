@@ -95,7 +95,8 @@ class ShardClaimer:
         round_trips += 1
         kept = frozenset(reply.kept)
         if bf is not None and not reply.replay:
-            kept_mask = np.fromiter((key in kept for key in ids), dtype=bool, count=len(ids))
+            kept_mask = (np.ones(len(ids), dtype=bool) if len(kept) == len(ids) else
+                         np.fromiter((key in kept for key in ids), dtype=bool, count=len(ids)))
             kept_positions = positions[kept_mask] if positions is not None else None
             round_trips += self._update_filter(bf, shard, reply, now, kept_positions)
         if reply.replay:

@@ -13,7 +13,8 @@
 -- ARGV[10] epoch to use if the shard is new
 -- ARGV[11] Bloom negatives, ARGV[12] Bloom positives: newline-joined IDs (one
 -- argument each: packing thousands of arguments cost more than the script)
--- Returns {status, ...}; "OK": {epoch, version, kept, catch-up, mode, lookups}
+-- Returns {status, ...}; "OK": {epoch, version, dropped, catch-up, mode, lookups};
+-- "REPLAY": {"<version>|<kept ids>"}
 
 local state, dec, jr = KEYS[1], KEYS[2], KEYS[3]
 local field = ARGV[1]
@@ -69,22 +70,22 @@ elseif ARGV[2] == epoch and cver >= 0 and cver < version and version - cver <= k
   end
 end
 
-local cands = {}
-for id in string.gmatch(ARGV[11], '[^\n]+') do cands[#cands + 1] = id end
-local nneg = #cands
-for id in string.gmatch(ARGV[12], '[^\n]+') do cands[#cands + 1] = id end
-local new = {}
-local need = {}
-for i = 1, #cands do
-  local id = cands[i]
-  if i <= nneg and mode == 'trust' then
-    new[id] = true
-  elseif i <= nneg and mode == 'journal' then
-    if not journal[id] then new[id] = true end
-  else
-    need[#need + 1] = id
+local kept, dropped, need = {}, {}, {}
+if mode == 'trust' then
+  -- a current filter's negatives are new: no lookup, no per-ID table work
+  for id in string.gmatch(ARGV[11], '[^\n]+') do kept[#kept + 1] = id end
+else
+  for id in string.gmatch(ARGV[11], '[^\n]+') do
+    if mode ~= 'journal' then
+      need[#need + 1] = id
+    elseif journal[id] then
+      dropped[#dropped + 1] = id
+    else
+      kept[#kept + 1] = id
+    end
   end
 end
+for id in string.gmatch(ARGV[12], '[^\n]+') do need[#need + 1] = id end
 
 -- Full catalog check of the rest, SMISMEMBER in chunks over the live buckets.
 local CHUNK = 5000
@@ -99,13 +100,13 @@ for k = 4, #KEYS do
   end
 end
 for i = 1, #need do
-  if not found[need[i]] then new[need[i]] = true end
+  if found[need[i]] then
+    dropped[#dropped + 1] = need[i]
+  else
+    kept[#kept + 1] = need[i]
+  end
 end
 
-local kept = {}
-for i = 1, #cands do
-  if new[cands[i]] then kept[#kept + 1] = cands[i] end
-end
 local blob = table.concat(kept, '\n')
 if #kept > 0 then
   for s = 1, #kept, CHUNK do
@@ -118,4 +119,6 @@ if #kept > 0 then
   redis.call('HSET', state, 'version', version)
 end
 redis.call('HSET', dec, field, tostring(version) .. '|' .. blob)
-return {'OK', epoch, tostring(version), blob, table.concat(catch, '\n'), mode, tostring(#need)}
+-- The reply names the (few) dropped IDs, not the (many) kept ones.
+return {'OK', epoch, tostring(version), table.concat(dropped, '\n'),
+        table.concat(catch, '\n'), mode, tostring(#need)}
