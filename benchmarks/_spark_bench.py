@@ -108,6 +108,15 @@ def streaming_batches(query: Any) -> list[dict[str, Any]]:
     return [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
 
 
+def phase_durations(batches: list[dict[str, Any]]) -> dict[str, int]:
+    """``durationMs`` of the batches summed per phase (addBatch, latestOffset, ...)."""
+    phases: dict[str, int] = {}
+    for progress in batches:
+        for key, value in (progress.get("durationMs") or {}).items():
+            phases[key] = phases.get(key, 0) + int(value)
+    return phases
+
+
 def run_to_end(writer: Any) -> tuple[float, Any]:
     """Start ``writer`` with ``availableNow``, wait for the end; return (seconds, query)."""
     start = time.perf_counter()

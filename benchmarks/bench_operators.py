@@ -33,6 +33,7 @@ import numpy as np
 from benchmarks._spark_bench import (
     Progress,
     bench_services,
+    phase_durations,
     ratio,
     run_to_end,
     streaming_batches,
@@ -118,6 +119,7 @@ def run_variant(spark: Any, variant: str, folder: Path, redis_url: str, workdir:
     run: dict[str, Any] = {"variant": variant, "seconds": round(seconds, 3),
                            "batches": len(batches),
                            "input_rows": sum(int(p["numInputRows"]) for p in batches)}
+    run["duration_ms_by_phase"] = phase_durations(batches)
     outputs = [int(p["sink"].get("numOutputRows", -1)) for p in batches]
     if outputs and min(outputs) >= 0:
         run["output_rows"] = sum(outputs)

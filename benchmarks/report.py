@@ -20,7 +20,8 @@ HEADLINES = {
                   "dedup_over_passthrough", "dedup_over_dropduplicates_within_watermark"),
     "bloom": ("bloom_fp_observed_over_configured", "bloom_bits_per_id_over_theory",
               "bloom_fp_probe_over_configured"),
-    "e2e": ("e2e_eos_over_alo_kafka", "e2e_eos_weak_over_alo_kafka"),
+    "e2e": ("e2e_eos_over_alo_kafka", "e2e_eos_weak_over_alo_kafka",
+            "e2e_eos_over_alo_kafka_double_batch"),
     "growth": ("catalog_bytes_per_id",),
 }
 
@@ -183,6 +184,10 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
                   "|---|---|---|---|---|"]
         for r in e2e["runs"]:
             lines.append(f"| {r['variant']} | {r['seconds']} | {r['records_per_s']:,.0f} | "
+                         f"{r['records_out']:,} | {r['duplicates_out']:,} |")
+        for r in e2e.get("double_batch_runs", []):
+            lines.append(f"| {r['variant']} ({r['per_trigger']:,} per trigger) | "
+                         f"{r['seconds']} | {r['records_per_s']:,.0f} | "
                          f"{r['records_out']:,} | {r['duplicates_out']:,} |")
         lines += ["", "![e2e](e2e.png)"]
     if "bloom" in data:
