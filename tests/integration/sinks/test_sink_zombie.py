@@ -69,21 +69,22 @@ def test_older_producer_is_fenced_and_output_is_exact(kafka_bootstrap: str, app_
     drop_producer(config.transactional_id(0))
 
 
-def test_cached_producer_fenced_by_newer_one_redoes_once(kafka_bootstrap: str,
-                                                         app_id: str) -> None:
-    """A partition that moved to another worker: the cached producer is fenced, the write redone."""
+def test_next_write_fences_a_newer_producer_of_another_worker(kafka_bootstrap: str,
+                                                              app_id: str) -> None:
+    """A partition moved to another worker: every write starts with a fresh producer."""
     topic = f"{app_id}-out"
     config = _config(kafka_bootstrap, app_id, topic)
     write_partition(config, _records(topic, 0), "query-a", 0, 0)
     cached = _PRODUCERS[config.transactional_id(0)]
     newer = Producer(config.producer_settings(0))  # another worker's producer: fences `cached`
     newer.init_transactions(30)
+    newer.begin_transaction()  # ...and it left a transaction open (its worker crashed)
+    newer.produce(topic, value=b"zombie", headers=[(RECORD_ID_HEADER, b"zombie")])
+    newer.flush(30)
     result = write_partition(config, _records(topic, 1), "query-a", 1, 0)
-    assert result.produced == 20 and result.attempts == 2
+    assert result.produced == 20 and result.attempts == 1
     assert _PRODUCERS[config.transactional_id(0)] is not cached
-    with pytest.raises(KafkaException):  # and the newer one is now the fenced zombie
-        newer.begin_transaction()
-        newer.produce(topic, value=b"zombie", headers=[(RECORD_ID_HEADER, b"zombie")])
+    with pytest.raises(KafkaException):  # the newer one is now the fenced zombie
         newer.commit_transaction(30)
     committed = _ids(kafka_bootstrap, topic)
     expected = [r.record_id.decode() for b in (0, 1) for r in _records(topic, b)]
@@ -95,3 +96,28 @@ def test_cached_producer_fenced_by_newer_one_redoes_once(kafka_bootstrap: str,
     drop_producer(config.transactional_id(0))
     assert abort_transactions(kafka_bootstrap, app_id) == [config.transactional_id(0)]
     assert sorted(_ids(kafka_bootstrap, topic)) == sorted(expected)
+
+
+def test_fenced_during_the_write_is_redone_once(kafka_bootstrap: str, app_id: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another producer takes over between init and commit: one redo, exact output."""
+    import sinks.transactions as tx
+
+    topic = f"{app_id}-out"
+    config = _config(kafka_bootstrap, app_id, topic)
+    original = tx.read_marker
+    intruders: list[Producer] = []
+
+    def read_marker_then_get_fenced(cfg: SinkConfig, partition: int) -> tuple[str | None, int]:
+        marker = original(cfg, partition)
+        if not intruders:  # a concurrent writer of the same (app, partition) starts now
+            intruder = Producer(cfg.producer_settings(partition))
+            intruder.init_transactions(30)
+            intruders.append(intruder)
+        return marker
+
+    monkeypatch.setattr(tx, "read_marker", read_marker_then_get_fenced)
+    result = write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    assert (result.produced, result.attempts) == (20, 2)
+    assert sorted(_ids(kafka_bootstrap, topic)) == \
+        sorted(r.record_id.decode() for r in _records(topic, 0))
