@@ -110,9 +110,16 @@ def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint
     max_seconds = args.max_seconds if args.max_seconds is not None else run["max_seconds"]
     idle = run["stop_after_idle_seconds"]
 
+    src = pipeline.table("source")
+    finite = src["type"] == "synthetic" and src["total_rows"] > 0
+
     def done() -> bool:
         if _source_done(pipeline, watcher):
             return True
+        # A finite source ends by itself; idleness only ends the other runs
+        # (a first batch slowed by a busy machine must not cut a run short).
+        if finite and watcher.batches == 0 and watcher.last_progress is None:
+            return False
         return idle > 0 and time.monotonic() - watcher.idle_since > idle
 
     try:
