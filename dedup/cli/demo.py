@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -28,6 +29,7 @@ from dedup.cli.run import _source_done
 from dedup.exceptions import DedupError
 
 CRASH_POINT = "sink.before_commit"
+interrupted = [False]
 
 _PIPELINE = """
 app_id = "{app_id}"
@@ -116,6 +118,11 @@ def demo_command(args: argparse.Namespace) -> int:
     progress = Progress(quiet=args.quiet)
     workdir = Path(tempfile.mkdtemp(prefix="dedup-demo-"))
     ok = False
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        # A SIGTERM (CI timeout, `kill`) unwinds like Ctrl-C, so the services,
+        # Spark and the work folder are still cleaned up.
+        signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with stderr_to_file(workdir / "logs" / "stderr.log", enabled=not args.debug):
             result = _run_demo(args, progress, workdir)
@@ -126,11 +133,21 @@ def demo_command(args: argparse.Namespace) -> int:
                                   f"{result.duplicated}, phantoms {result.phantoms}, "
                                   f"mismatched {result.mismatched}")
         return 0
+    except KeyboardInterrupt:
+        interrupted[0] = True
+        raise
     finally:
-        if args.keep or not ok:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+        if args.keep or (not ok and not interrupted[0]):
             progress.always(f"work folder kept (service data, checkpoint, logs): {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    interrupted[0] = True
+    raise KeyboardInterrupt
 
 
 def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> DemoResult:
