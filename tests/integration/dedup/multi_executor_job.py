@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 
@@ -25,7 +26,13 @@ def main() -> None:
     spark = local_spark_session("dedup-multi-executor", master="local-cluster[2,1,1024]",
                                 shuffle_partitions=4, with_kafka=False,
                                 conf={"spark.executor.memory": "512m"})
-    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
+    # executors register asynchronously (slowly on a loaded machine): wait for both
+    deadline = time.monotonic() + 120
+    while True:
+        executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
+        if executors >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     config = DedupConfig(app_id, RedisConfig(redis_url), num_shards=8,
                          bloom=BloomConfig(capacity=10_000, error_rate=0.01))
     dedup = Deduplicator(config, num_partitions=4)
