@@ -20,9 +20,11 @@ import base64
 import contextlib
 import ctypes
 import os
+import queue
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -49,6 +51,44 @@ def _die_with_parent() -> None:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     os.setsid()
+
+
+class _Keeper:
+    """One thread that lives as long as the process and forks every service.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, not
+    the process: a service restarted from a short-lived thread (a chaos
+    injector, a timer) would be killed the moment that thread returned.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue[tuple[Callable[[], Any], queue.Queue[Any]]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="dedup-service-keeper",
+                                                daemon=True)
+                self._thread.start()
+        reply: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._requests.put((fn, reply))
+        ok, value = reply.get()
+        if not ok:
+            raise value
+        return value
+
+    def _loop(self) -> None:
+        while True:
+            fn, reply = self._requests.get()
+            try:
+                reply.put((True, fn()))
+            except BaseException as exc:  # handed back to the caller's thread
+                reply.put((False, exc))
+
+
+_KEEPER = _Keeper()
 
 
 def _wait_until(check: Callable[[], bool], timeout: float, what: str, proc: _Process) -> None:
@@ -80,15 +120,18 @@ class _Process:
                  env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            self.popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                preexec_fn=_die_with_parent if die_with_parent else os.setsid,
-            )
+        def spawn() -> subprocess.Popen[bytes]:
+            with open(log_path, "ab") as log:
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    preexec_fn=_die_with_parent if die_with_parent else os.setsid,
+                )
+
+        self.popen: subprocess.Popen[bytes] = _KEEPER.run(spawn) if die_with_parent else spawn()
 
     @property
     def pid(self) -> int:

@@ -70,3 +70,28 @@ def test_services_die_when_pytest_is_killed(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     _assert_gone(pids)
+
+
+def test_service_restarted_from_a_short_lived_thread_keeps_running(tmp_path: Path) -> None:
+    # PR_SET_PDEATHSIG follows the forking *thread*: a restart done by a chaos
+    # injector thread must not die when that thread returns.
+    import threading
+
+    import redis
+
+    from dedup.local.services import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        def restart() -> None:
+            server.kill()
+            server.start()
+
+        worker = threading.Thread(target=restart)
+        worker.start()
+        worker.join()
+        time.sleep(1.0)
+        assert server.alive()
+        assert redis.Redis.from_url(server.url).ping()
+    finally:
+        server.stop()
