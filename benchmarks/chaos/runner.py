@@ -285,10 +285,12 @@ class Run:
             return
         before = self.redis.pid
         self.component_back.clear()
-        self.redis.kill()
-        time.sleep(1.0)
-        self.redis.start()
-        self.component_back.set()
+        try:
+            self.redis.kill()
+            time.sleep(1.0)
+            self.redis.start()
+        finally:
+            self.component_back.set()
         self.fault.confirmed = before is not None and before != self.redis.pid
         self.fault.detail = f"kill -9 of redis-server pid {before}, restarted as {self.redis.pid}"
         self._start_clock()
@@ -298,8 +300,10 @@ class Run:
             return
         seconds = REDIS_SOCKET_TIMEOUT_S * 2.5
         self.component_back.clear()
-        freeze(self.redis.pid, seconds)
-        self.component_back.set()
+        try:
+            freeze(self.redis.pid, seconds)
+        finally:
+            self.component_back.set()
         self.fault.detail = f"redis-server SIGSTOPped {seconds:.0f} s (client timeout " \
                             f"{REDIS_SOCKET_TIMEOUT_S:.0f} s)"
         self._start_clock()
@@ -310,10 +314,12 @@ class Run:
         broker = self.env.kafka
         before = broker.pid
         self.component_back.clear()
-        broker.kill()
-        time.sleep(1.0)
-        broker.start()
-        self.component_back.set()
+        try:
+            broker.kill()
+            time.sleep(1.0)
+            broker.start()
+        finally:
+            self.component_back.set()
         self.fault.confirmed = before is not None and before != broker.pid
         self.fault.detail = f"kill -9 of the broker pid {before}, restarted as {broker.pid}"
         self._start_clock()
