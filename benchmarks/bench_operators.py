@@ -100,6 +100,18 @@ def build(spark: Any, variant: str, folder: Path, redis_url: str, tag: str,
         cfg = DedupConfig(app_id=f"bench-ops-{tag}", redis=RedisConfig(url=redis_url),
                           num_shards=NUM_SHARDS)
         return deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS)
+    if variant == "shuffle_arrow_identity":
+        # The operator's shape without its work: shuffle by shard, every row through a
+        # Python worker and back (mapInArrow), nothing decided -- isolates Spark's part.
+        from pyspark.sql import functions as sf
+
+        def identity(batches: Any) -> Any:
+            yield from batches
+
+        sharded = df.withColumn("_shard", sf.pmod(sf.xxhash64("_record_id"),
+                                                  sf.lit(NUM_SHARDS)).cast("int"))
+        return (sharded.repartition(SHUFFLE_PARTITIONS, "_shard")
+                .mapInArrow(identity, sharded.schema).drop("_shard"))
     if variant == "dropduplicates_within_watermark":
         return (df.withWatermark("event_time", "10 minutes")
                 .dropDuplicatesWithinWatermark(["_record_id"]))
@@ -150,10 +162,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--files-per-trigger", type=int, default=2)
     parser.add_argument("--dup-rate", type=float, default=0.05)
     parser.add_argument("--window", type=int, default=200_000)
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma-separated; diagnostics: shuffle_arrow_identity")
+    parser.add_argument("--output", default="operators.json")
     parser.add_argument("--quick", action="store_true", help="small smoke sizes")
     args = parser.parse_args(argv)
     if args.quick:
         args.records, args.files, args.window = 200_000, 4, 20_000
+    variants = [v for v in args.variants.split(",") if v]
     log = Progress("operators")
     runs: list[dict[str, Any]] = []
     with bench_services("operators") as services:
@@ -167,10 +183,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         spark = local_spark_session("bench-operators", master="local[2]",
                                     shuffle_partitions=SHUFFLE_PARTITIONS, with_kafka=False)
         try:
-            for variant in VARIANTS:
+            for variant in variants:
                 run_variant(spark, variant, warm, services.redis_url, services.workdir, 1)
             log("warm-up done")
-            for variant in VARIANTS:
+            for variant in variants:
                 run = run_variant(spark, variant, data, services.redis_url, services.workdir,
                                   args.files_per_trigger)
                 run["records_per_s"] = round(args.records / run["seconds"], 1)
@@ -183,6 +199,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         finally:
             spark.stop()
     rate = {r["variant"]: r["records_per_s"] for r in runs}
+    if set(VARIANTS) - set(rate):
+        diag = {"metadata": run_metadata(), "setup": vars(args), "runs": runs,
+                "records_per_s": rate}
+        write_json(args.output, diag)
+        return diag
     op = rate["dedup_operator"]
     result = {
         "metadata": run_metadata(),
@@ -204,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "redis_roundtrips_per_shard_batch": next(
             r["round_trips_per_shard_batch"] for r in runs if r["variant"] == "dedup_operator"),
     }
-    write_json("operators.json", result)
+    write_json(args.output, result)
     return result
 
 

@@ -77,6 +77,7 @@ def plots(data: dict[str, dict[str, Any]], results: Path = RESULTS_DIR) -> list[
             ax.set_title(title)
             ax.grid(alpha=0.3)
         axes[2].set_yscale("symlog", linthresh=1)
+        axes[2].set_ylim(bottom=0)
         axes[0].legend()
         fig.suptitle("Bloom false-positive cost (shard-claim level, real redis-server)")
         fig.tight_layout()
@@ -173,6 +174,12 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         for r in ops["runs"]:
             lines.append(f"| {r['variant']} | {r['seconds']} | {r['records_per_s']:,.0f} | "
                          f"{r.get('output_correct', '-')} | {r.get('state_rows_end', '-')} |")
+        diag = load("operators_diag")
+        if diag is not None:
+            lines += ["", f"Diagnostic re-run ({diag['metadata']['date']}, same input and "
+                      "settings, `--variants ... --output operators_diag.json`): "
+                      + ", ".join(f"{r['variant']} {r['records_per_s']:,.0f} rec/s"
+                                  for r in diag["runs"]) + "."]
         lines += ["", "![operators](operators.png)"]
     if "e2e" in data:
         e2e = data["e2e"]
