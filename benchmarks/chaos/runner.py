@@ -372,9 +372,13 @@ def run_inprocess(run: Run) -> int:
     bootstrap = run.env.kafka.bootstrap_servers
     addresses = Addresses(run.redis.url, bootstrap, bootstrap)
     restarts = 0
+    spark = run.env.spark
+    # Python data sources are looked up in the JVM thread's active session;
+    # make sure this thread has one (the session may come from another thread).
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     while True:
         run.component_back.wait(120)
-        query = start_query(run.env.spark, pipeline, addresses, run.checkpoint, str(run.fp_dir))
+        query = start_query(spark, pipeline, addresses, run.checkpoint, str(run.fp_dir))
         try:
             query.processAllAvailable()
             query.stop()
@@ -482,11 +486,15 @@ def _confirm_extra(run: Run) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The most telling line of an error (for a Py4J error: the Java cause)."""
     text = f"{type(exc).__name__}: {exc}"
-    for line in text.splitlines():
-        if "Error" in line or "Exception" in line:
-            return line.strip()[:300]
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    causes = [line for line in lines if not line.startswith("at ")
+              and ("Exception:" in line or "Error:" in line)
+              and not line.startswith("Py4JJavaError")]
+    if causes:
+        return causes[-1][:300]
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _stop_quietly(query: Any) -> None:
