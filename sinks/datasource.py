@@ -28,6 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from dedup.spark_session import make_active
 from sinks.admin import prepare
 from sinks.checkpoint import CheckpointStore
 from sinks.config import DATA_SOURCE_NAME, SinkConfig
@@ -128,5 +129,10 @@ class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter
 
 
 def register(spark: Any) -> None:
-    """Register ``format("exactly_once_kafka")`` with ``spark``. Safe to repeat."""
+    """Register ``format("exactly_once_kafka")`` with ``spark``. Safe to repeat.
+
+    Also makes ``spark`` the calling thread's active session, where Spark looks
+    Python data sources up (:func:`dedup.spark_session.make_active`).
+    """
     spark.dataSource.register(ExactlyOnceKafkaDataSource)
+    make_active(spark)

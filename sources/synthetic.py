@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from dedup.spark_session import make_active
 from sources.synthetic_rows import SCHEMA, SyntheticOptions, SyntheticRow, synthetic_rows
 
 if TYPE_CHECKING:
@@ -106,8 +107,12 @@ class SyntheticStreamReader(DataSourceStreamReader):
 
 
 def register_synthetic(spark: SparkSession) -> None:
-    """Register ``dedup_synthetic`` with ``spark``. Safe to repeat."""
+    """Register ``dedup_synthetic`` with ``spark`` and make it the thread's active session.
+
+    Safe to repeat; see :func:`dedup.spark_session.make_active`.
+    """
     spark.dataSource.register(SyntheticSource)
+    make_active(spark)
 
 
 def synthetic_stream(spark: SparkSession, options: SyntheticOptions | None = None,

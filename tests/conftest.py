@@ -94,3 +94,16 @@ def app_id(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def tmp_checkpoint(tmp_path: Path) -> str:
     return str(tmp_path / "checkpoint")
+
+
+@pytest.fixture(autouse=True)
+def _spark_active_on_this_thread(request: pytest.FixtureRequest) -> None:
+    """Each Spark test starts with the session fixture active on its JVM thread.
+
+    Python data sources are looked up in the calling thread's active session,
+    which an earlier test (a long pause of this thread) can leave unset.
+    """
+    if "spark" in request.fixturenames:
+        from dedup.spark_session import make_active
+
+        make_active(request.getfixturevalue("spark"))

@@ -373,9 +373,6 @@ def run_inprocess(run: Run) -> int:
     addresses = Addresses(run.redis.url, bootstrap, bootstrap)
     restarts = 0
     spark = run.env.spark
-    # Python data sources are looked up in the JVM thread's active session;
-    # make sure this thread has one (the session may come from another thread).
-    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     while True:
         run.component_back.wait(120)
         query = start_query(spark, pipeline, addresses, run.checkpoint, str(run.fp_dir))
