@@ -66,17 +66,6 @@ def arm_sync(fp_dir: Path, point: str, batch: int, seconds: float) -> None:
     arm(fp_dir, point, "sleep", match={"batch": batch}, seconds=seconds)
 
 
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
 def ancestor_with(pid: int, marker: str) -> int | None:
     """The nearest ancestor of ``pid`` (or itself) whose command line contains ``marker``."""
     current = pid

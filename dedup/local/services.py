@@ -44,6 +44,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
 def _die_with_parent() -> None:
     # Runs in the child between fork and exec: if the Python process that
     # started the service dies (even by SIGKILL), the kernel kills the service,

@@ -11,21 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from dedup.local.services import process_alive
+
 pytestmark = [pytest.mark.integration, pytest.mark.redis, pytest.mark.kafka]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie (exited, not yet reaped by a dead parent) is not running
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def _probe(tmp_path: Path, hang: bool) -> subprocess.Popen[bytes]:
@@ -51,9 +41,9 @@ def _wait_for_pids(path: Path, proc: subprocess.Popen[bytes]) -> list[int]:
 
 def _assert_gone(pids: list[int]) -> None:
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(process_alive(p) for p in pids):
         time.sleep(0.2)
-    assert not [p for p in pids if _alive(p)], "service processes outlived pytest"
+    assert not [p for p in pids if process_alive(p)], "service processes outlived pytest"
 
 
 def test_services_stop_when_a_test_fails(tmp_path: Path) -> None:
@@ -66,7 +56,7 @@ def test_services_stop_when_a_test_fails(tmp_path: Path) -> None:
 def test_services_die_when_pytest_is_killed(tmp_path: Path) -> None:
     proc = _probe(tmp_path, hang=True)
     pids = _wait_for_pids(tmp_path / "pids", proc)
-    assert all(_alive(p) for p in pids)
+    assert all(process_alive(p) for p in pids)
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     _assert_gone(pids)
