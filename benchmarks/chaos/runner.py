@@ -37,13 +37,12 @@ from benchmarks.chaos.faults import (
     ancestor_with,
     arm_sync,
     freeze,
-    process_alive,
     wait_fired,
 )
 from dedup.constants import RECORD_ID_HEADER
 from dedup.failpoints import arm, fired
 from dedup.kafka_io import consume_all, ensure_topic
-from dedup.local.services import KafkaBroker, RedisServer
+from dedup.local.services import KafkaBroker, RedisServer, process_alive
 from dedup.verify import verify_topic
 
 ROWS = 1200
