@@ -1,7 +1,7 @@
 """Where the operator's Python worker spends its time: cProfile of one partition.
 
-Runs :func:`dedup.arrow_step.process_table` -- exactly what each Spark task
-of the operator runs on its partition -- in this process, against a real
+Runs :func:`dedup.partition_step.decide_partition` -- exactly what each Spark
+task of the operator runs on its partition -- in this process, against a real
 ``redis-server``, on a partition of ``rows`` rows (all ``shards`` shards,
 5% duplicates), after one warm-up partition so the Bloom filters exist (the
 steady state). Writes ``results/profile_operator.json`` with the per-row
@@ -19,26 +19,23 @@ import random
 import time
 from typing import Any
 
-import pyarrow as pa
+import numpy as np
 
 from benchmarks._spark_bench import bench_services
 from benchmarks.common import run_metadata, write_json
-from dedup.arrow_step import SHARD_COLUMN, process_table
 from dedup.bloom import FilterCache
 from dedup.catalog import RedisCatalog
 from dedup.claim import ShardClaimer
 from dedup.config import DedupConfig, RedisConfig
+from dedup.partition_step import decide_partition
 
 
 def partition(rng: random.Random, rows: int, shards: int, dup_rate: float,
-              earlier: list[str]) -> pa.Table:
+              earlier: list[str]) -> tuple[list[str], np.ndarray]:
+    """IDs (``dup_rate`` of them repeats of ``earlier``) and their shards."""
     ids = [rng.choice(earlier) if earlier and rng.random() < dup_rate
            else f"{rng.getrandbits(128):032x}" for _ in range(rows)]
-    return pa.table({
-        "_record_id": pa.array(ids, pa.string()),
-        "payload": pa.array([f"payload-{i:012d}-" + "x" * 40 for i in range(rows)]),
-        SHARD_COLUMN: pa.array([int(k[:8], 16) % shards for k in ids], pa.int32()),
-    })
+    return ids, np.array([int(k[:8], 16) % shards for k in ids], dtype=np.int64)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -54,14 +51,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg = DedupConfig(app_id="profile", redis=RedisConfig(url=services.redis_url),
                           num_shards=args.shards)
         claimer = ShardClaimer(cfg, RedisCatalog(cfg), FilterCache())
-        warm = partition(rng, args.rows, args.shards, 0.05, [])
-        process_table(cfg, warm, "q", "0", "", 0, claimer)
-        earlier = warm.column("_record_id").to_pylist()
-        table = partition(rng, args.rows, args.shards, 0.05, earlier)
+        warm_ids, warm_shards = partition(rng, args.rows, args.shards, 0.05, [])
+        decide_partition(cfg, warm_ids, warm_shards, "q", "0", "", 0, claimer)
+        ids, shards = partition(rng, args.rows, args.shards, 0.05, warm_ids)
         profiler = cProfile.Profile()
         start = time.perf_counter()
         profiler.enable()
-        process_table(cfg, table, "q", "1", "", 0, claimer)
+        decide_partition(cfg, ids, shards, "q", "1", "", 0, claimer)
         profiler.disable()
         wall = time.perf_counter() - start
     stats = pstats.Stats(profiler)
@@ -76,16 +72,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     pstats.Stats(profiler, stream=buffer).sort_stats("tottime").print_stats(15)
     result = {
         "metadata": run_metadata(),
-        "level": "one operator partition (process_table) in-process, real redis-server, "
+        "level": "one operator partition (decide_partition) in-process, real redis-server, "
                  "steady state (filters built)",
         "setup": {"rows": args.rows, "shards": args.shards, "dup_rate": 0.05},
         "wall_seconds": round(wall, 3),
         "us_per_row": round(wall / args.rows * 1e6, 2),
         "rows_per_s_one_core": round(args.rows / wall, 1),
         "share_of_profiled_time": {
-            "bloom_filter (pybloom hashing, bitarray)": share("pybloom", "bitarray",
-                                                              "hashlib", "_hashlib",
-                                                              "bloom.py"),
+            "bloom_filter (hashing, bit array)": share("pybloom", "bitarray", "bloom.py",
+                                                       "built-in method builtins.hash"),
             "redis (socket, protocol, Lua wait)": share("redis", "socket", "hiredis",
                                                         "catalog.py"),
         },

@@ -1,12 +1,21 @@
 """Per-shard Bloom filters, the fast path in front of the Redis catalog.
 
-A :class:`ShardFilter` wraps a fixed-size ``pybloom_live.BloomFilter`` (the
-scalable variant overshoots its error rate) and carries the tag
-``(epoch, version)`` of the shard state it reflects: it holds every ID the
-shard claimed up to that version. The tag is sent with each claim; Redis
-trusts the filter's negatives only when the tag is current (invariant 3),
-and a hit never decides a duplicate, it only sends the ID to Redis
-(invariant 2).
+A :class:`ShardFilter` is a fixed-size ``pybloom_live.BloomFilter`` (the
+scalable variant overshoots its error rate): pybloom-live sizes it from the
+capacity and error rate (``k`` slices of ``m`` bits) and holds its bits. It
+carries the tag ``(epoch, version)`` of the shard state it reflects: it holds
+every ID the shard claimed up to that version. The tag is sent with each
+claim; Redis trusts the filter's negatives only when the tag is current
+(invariant 3), and a hit never decides a duplicate, it only sends the ID to
+Redis (invariant 2).
+
+Bit positions come from Python's own string hash (SipHash, computed in C and
+cached on the string) by double hashing: slice ``i`` gets bit
+``(h1 + i * h2) mod m``. pybloom's per-key SHA path cost about 1.3 us per ID
+in a Python loop; this costs about 0.1 us. A filter is private to one Python
+worker process (it is built and caught up there from ID strings and never
+shipped), so a hash that is only stable within the process is enough; a
+false positive it causes costs a catalog lookup, never a record.
 
 :class:`FilterCache` keeps the filters of one Python worker across batches,
 keyed by ``(app_id, shard)``; :data:`WORKER_FILTERS` is the worker's cache.
@@ -15,70 +24,23 @@ keyed by ``(app_id, shard)``; :data:`WORKER_FILTERS` is the worker's cache.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from struct import pack
-from typing import Any
 
 import numpy as np
 from pybloom_live import BloomFilter
 
-_UINT = {"H": np.uint16, "I": np.uint32, "Q": np.uint64}
+_LOW32 = np.uint64(0xFFFFFFFF)
 
 
-class _BatchHasher:
-    """pybloom-live's bit positions for many keys at once.
-
-    pybloom hashes one key at a time through a generator (~4 us per key);
-    this computes the SAME positions (same hash function, salts and layout as
-    ``pybloom_live.pybloom.make_hashfuncs``) with one digest per key and
-    salt and numpy for the rest, so the filter stays a plain pybloom
-    ``BloomFilter``. A self-check against pybloom at construction falls back
-    to pybloom's own path if a future version changes the layout.
-    """
-
-    def __init__(self, bf: Any) -> None:
-        num_slices, num_bits = bf.num_slices, bf.bits_per_slice
-        if num_bits >= (1 << 31):
-            code, size = "Q", 8
-        elif num_bits >= (1 << 15):
-            code, size = "I", 4
-        else:
-            code, size = "H", 2
-        hashfn = bf.hashfn
-        per_digest = hashfn().digest_size // size
-        salts_needed = -(-num_slices // per_digest)
-        self.salts = [hashfn(hashfn(pack("I", i)).digest()) for i in range(salts_needed)]
-        self.dtype = np.dtype(_UINT[code]).newbyteorder("=")
-        self.per_digest = per_digest
-        self.num_slices = num_slices
-        self.bits_per_slice = num_bits
-        self.offsets = (np.arange(num_slices, dtype=np.uint64) * np.uint64(num_bits))
-        probe = ["a", "probe-\u00e9", "x" * 40]
-        self.exact = all(
-            self.positions([key])[0].tolist()
-            == [i * num_bits + h for i, h in enumerate(bf.make_hashes(key))]
-            for key in probe
-        )
-
-    def positions(self, keys: list[str]) -> np.ndarray:
-        """``(len(keys), num_slices)`` absolute bit positions."""
-        encoded = [key.encode("utf-8") for key in keys]
-        parts = []
-        for salt in self.salts:
-            copy = salt.copy
-            digests: list[bytes] = []
-            append = digests.append
-            for key in encoded:
-                h = copy()
-                h.update(key)
-                append(h.digest())
-            raw = np.frombuffer(b"".join(digests), dtype=self.dtype)
-            parts.append(raw.reshape(len(keys), self.per_digest))
-        hashes = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
-        # modulo in the digest's own integer width: 3x cheaper than in uint64
-        sliced = hashes[:, : self.num_slices] % self.dtype.type(self.bits_per_slice)
-        return sliced.astype(np.uint64) + self.offsets
+def bit_positions(keys: Sequence[str], num_slices: int, bits_per_slice: int) -> np.ndarray:
+    """``(len(keys), num_slices)`` absolute bit positions of ``keys`` (this process only)."""
+    hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)
+    h1 = (hashes & _LOW32)[:, None]
+    h2 = ((hashes >> np.uint64(32)) | np.uint64(1))[:, None]  # odd: never a zero stride
+    slices = np.arange(num_slices, dtype=np.uint64)[None, :]
+    width = np.uint64(bits_per_slice)
+    return (h1 + slices * h2) % width + slices * width
 
 
 class ShardFilter:
@@ -94,18 +56,20 @@ class ShardFilter:
         Tag of the shard state whose IDs this filter holds.
     """
 
-    __slots__ = ("_bf", "_bits", "_hasher", "capacity", "epoch", "error_rate", "version")
+    __slots__ = ("_bf", "_bits", "capacity", "epoch", "error_rate", "version")
 
     def __init__(self, capacity: int, error_rate: float, epoch: str, version: int) -> None:
         self.capacity = capacity
         self.error_rate = error_rate
         self._bf = BloomFilter(capacity=capacity, error_rate=error_rate)
-        hasher = _BatchHasher(self._bf)
-        self._hasher: _BatchHasher | None = hasher if hasher.exact else None
         # a writable zero-copy view of pybloom's bit array (little-endian bits)
         self._bits = np.frombuffer(self._bf.bitarray, dtype=np.uint8)
         self.epoch = epoch
         self.version = version
+
+    def positions(self, keys: Sequence[str]) -> np.ndarray:
+        """Bit positions of ``keys`` in this filter (see :func:`bit_positions`)."""
+        return bit_positions(keys, self._bf.num_slices, self._bf.bits_per_slice)
 
     def _contains(self, positions: np.ndarray) -> np.ndarray:
         bits = self._bits[positions >> np.uint64(3)] >> (positions & np.uint64(7)).astype(np.uint8)
@@ -128,15 +92,7 @@ class ShardFilter:
             return True
         if not self.has_room(len(keys)):
             return False
-        if self._hasher is not None:
-            return self.add_positions(self._hasher.positions(keys))
-        add = self._bf.add
-        try:
-            for key in keys:
-                add(key)
-        except IndexError:
-            return False
-        return True
+        return self.add_positions(self.positions(keys))
 
     def add_positions(self, positions: np.ndarray) -> bool:
         """Add keys given by their bit positions (from :meth:`probe`); False when full."""
@@ -151,19 +107,15 @@ class ShardFilter:
         self._bf.count += fresh
         return True
 
-    def probe(self, ids: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
-        """Hit mask of ``ids`` and their bit positions (None on pybloom's slow path).
+    def probe(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Hit mask of ``ids`` and their bit positions.
 
         A False in the mask means the key was surely never added.
         """
-        if self._hasher is not None:
-            positions = self._hasher.positions(ids) if ids else np.zeros(
-                (0, self._hasher.num_slices), dtype=np.uint64)
-            return self._contains(positions), positions
-        bf = self._bf
-        return np.fromiter((key in bf for key in ids), dtype=bool, count=len(ids)), None
+        positions = self.positions(ids)
+        return self._contains(positions), positions
 
-    def split(self, ids: list[str]) -> tuple[list[str], list[str]]:
+    def split(self, ids: Sequence[str]) -> tuple[list[str], list[str]]:
         """``(negatives, positives)`` of ``ids``: negatives were surely never added."""
         hit, _ = self.probe(ids)
         keys = np.array(ids, dtype=object)

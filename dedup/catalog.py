@@ -20,8 +20,10 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from dedup.config import DedupConfig, RedisConfig, redact_url
 from dedup.constants import KEY_PREFIX
@@ -114,19 +116,28 @@ def redis_errors(redis_config: RedisConfig, what: str) -> Iterator[None]:
 class ClaimReply:
     """What one claim returned.
 
-    ``replay`` is True when the decision of this (query, batch, shard) was
-    already recorded; then ``kept`` is that decision and the tag fields are
-    meaningless. ``mode`` says how Bloom negatives were judged: ``trust``,
-    ``journal`` (filter caught up with ``catch_up``) or ``full`` (not used).
+    ``keep`` is the decision over the candidates in the order they were sent
+    (negatives, then positives): True for an ID this batch keeps. ``replay``
+    is True when the decision of this (query, batch, shard) was already
+    recorded; then ``keep`` is None, ``replay_kept`` lists the IDs that
+    decision kept and the tag fields are meaningless. ``mode`` says how Bloom
+    negatives were judged: ``trust``, ``journal`` (filter caught up with
+    ``catch_up``) or ``full`` (not used).
     """
 
-    kept: list[str]
+    keep: np.ndarray | None
     replay: bool
     epoch: str
     version: int
     catch_up: list[str]
     mode: str
     lookups: int
+    replay_kept: list[str] = field(default_factory=list)
+
+    @classmethod
+    def replayed(cls, kept: list[str]) -> ClaimReply:
+        """The reply for a (query, batch, shard) whose decision was already recorded."""
+        return cls(None, True, "", -1, [], "replay", 0, kept)
 
 
 @dataclass(frozen=True)
@@ -197,20 +208,15 @@ class RedisCatalog:
         if status == "REPLAY":
             recorded = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
             _version, _, blob = recorded.partition("|")
-            return ClaimReply(_split(blob), True, "", -1, [], "replay", 0)
+            return ClaimReply.replayed(_split(blob))
         if status != "OK":
             raise CatalogStateError(f"unexpected claim reply {status!r} for shard {shard}")
         text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]
-        dropped = _split(text[2])
-        if dropped:
-            gone = set(dropped)
-            kept = [key for key in negatives if key not in gone]
-            kept += [key for key in positives if key not in gone]
-        else:
-            kept = negatives + positives
-        return ClaimReply(kept=kept, replay=False, epoch=text[0],
-                          version=int(text[1]), catch_up=_split(text[3]), mode=text[4],
-                          lookups=int(text[5]))
+        keep = np.ones(len(negatives) + len(positives), dtype=bool)
+        if text[2]:
+            keep[np.array(text[2].split(","), dtype=np.int64)] = False
+        return ClaimReply(keep=keep, replay=False, epoch=text[0], version=int(text[1]),
+                          catch_up=_split(text[3]), mode=text[4], lookups=int(text[5]))
 
     def snapshot(self, shard: int, now: float) -> Snapshot:
         """All live IDs of ``shard`` and the version they reflect (one atomic read)."""

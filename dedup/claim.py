@@ -9,6 +9,7 @@ talks to any object with the :class:`Catalog` interface
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,18 +34,25 @@ class Catalog(Protocol):
 class ShardOutcome:
     """Result of one (batch, shard) claim.
 
-    ``kept`` are the IDs this batch keeps (first occurrence); every other
-    candidate is a duplicate seen by the catalog. ``round_trips`` counts the
-    catalog calls made (1 in steady state, 2 when the filter was (re)built).
+    ``keep`` is aligned with the claimed IDs: True for the IDs this batch
+    keeps (first occurrence); every other candidate is a duplicate seen by
+    the catalog. ``round_trips`` counts the catalog calls made (1 in steady
+    state, 2 when the filter was (re)built).
     """
 
-    kept: frozenset[str]
+    ids: Sequence[str] | np.ndarray
+    keep: np.ndarray
     replay: bool
     bloom_positives: int
     false_positives: int
     round_trips: int
     lookups: int
     mode: str
+
+    @property
+    def kept(self) -> frozenset[str]:
+        """The kept IDs as a set (for callers that want names, not positions)."""
+        return frozenset(key for key, k in zip(self.ids, self.keep.tolist(), strict=True) if k)
 
 
 class ShardClaimer:
@@ -66,7 +74,8 @@ class ShardClaimer:
         self.catalog: Catalog = catalog if catalog is not None else RedisCatalog(config)
         self.filters = filters if filters is not None else WORKER_FILTERS
 
-    def claim(self, query_id: str, batch_id: str | int, shard: int, ids: list[str],
+    def claim(self, query_id: str, batch_id: str | int, shard: int,
+              ids: Sequence[str] | np.ndarray,
               lease_owner: str = "", now: float | None = None) -> ShardOutcome:
         """Claim ``ids`` (unique, all of ``shard``) for batch ``batch_id`` of ``query_id``.
 
@@ -81,41 +90,53 @@ class ShardClaimer:
             if bf is None:
                 bf = self._rebuild(shard, now, self.config.bloom.capacity)
                 round_trips += 1
+        keys = ids if isinstance(ids, np.ndarray) else np.array(ids, dtype=object)
         hit: np.ndarray | None = None
         positions: np.ndarray | None = None
         if bf is not None:
-            hit, positions = bf.probe(ids)
-            keys = np.array(ids, dtype=object)
-            negatives, positives = keys[~hit].tolist(), keys[hit].tolist()
+            hit, positions = bf.probe(keys.tolist())
+            # the catalog sees negatives first, then positives; ``sent`` maps back
+            sent = np.concatenate([np.flatnonzero(~hit), np.flatnonzero(hit)])
+            n_negatives = len(keys) - int(hit.sum())
+            negatives = keys[sent[:n_negatives]].tolist()
+            positives = keys[sent[n_negatives:]].tolist()
         else:
-            negatives, positives = ids, []
+            sent = np.arange(len(keys))
+            negatives, positives = keys.tolist(), []
         reply = self.catalog.claim(shard, f"{query_id}:{batch_id}",
                                    bf.tag if bf is not None else None,
                                    negatives, positives, lease_owner, now)
         round_trips += 1
-        kept = frozenset(reply.kept)
+        if reply.keep is None:
+            # A replay: the recorded decision names its kept IDs (rare: retries only).
+            kept_ids = set(reply.replay_kept)
+            keep = np.fromiter((key in kept_ids for key in keys.tolist()), dtype=bool,
+                               count=len(keys))
+        else:
+            keep = np.empty(len(keys), dtype=bool)
+            keep[sent] = reply.keep
         if bf is not None and not reply.replay:
-            kept_mask = (np.ones(len(ids), dtype=bool) if len(kept) == len(ids) else
-                         np.fromiter((key in kept for key in ids), dtype=bool, count=len(ids)))
-            kept_positions = positions[kept_mask] if positions is not None else None
-            round_trips += self._update_filter(bf, shard, reply, now, kept_positions)
-        if reply.replay:
-            # The filter already holds this batch's claims: hits say nothing.
-            positives = []
-        false_positives = sum(1 for key in positives if key in kept)
-        return ShardOutcome(kept, reply.replay, len(positives), false_positives,
+            kept_positions = positions[keep] if positions is not None else None
+            round_trips += self._update_filter(bf, shard, reply, now, keys[keep].tolist(),
+                                               kept_positions)
+        bloom_positives = false_positives = 0
+        if hit is not None and not reply.replay:
+            # on a replay the filter already holds this batch's claims: hits say nothing
+            bloom_positives = int(hit.sum())
+            false_positives = int(np.count_nonzero(keep & hit))
+        return ShardOutcome(ids, keep, reply.replay, bloom_positives, false_positives,
                             round_trips, reply.lookups, reply.mode)
 
     def _update_filter(self, bf: ShardFilter, shard: int, reply: ClaimReply,
-                       now: float, kept_positions: np.ndarray | None) -> int:
+                       now: float, kept: list[str], kept_positions: np.ndarray | None) -> int:
         """Bring ``bf`` to the reply's version; returns extra round trips (0 or 1)."""
         if reply.mode in ("trust", "journal") and reply.epoch == bf.epoch:
-            if bf.has_room(len(reply.catch_up) + len(reply.kept)):
+            if bf.has_room(len(reply.catch_up) + len(kept)):
                 bf.add_all(reply.catch_up)
                 if kept_positions is not None:
                     bf.add_positions(kept_positions)  # hashed once, in probe()
                 else:
-                    bf.add_all(reply.kept)
+                    bf.add_all(kept)
                 bf.retag(reply.epoch, reply.version)
                 return 0
             self._rebuild(shard, now, bf.capacity * 2)

@@ -1,7 +1,7 @@
 """Per-batch metrics of the dedup operator.
 
-The operator's Arrow step marks every row with small status columns; Spark's
-``observe`` sums them per batch, so they appear in
+The operator's partition step gives every row a small result struct
+(:data:`RESULT_COLUMN`); Spark's ``observe`` sums its fields per batch, so they appear in
 ``query.lastProgress["observedMetrics"][<name>]`` and in the listener events,
 and :class:`DedupMetrics` reads them back.
 """
@@ -12,14 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-STATUS_COLUMN = "_dedup_status"
-LATE_COLUMN = "_dedup_late"
-BLOOM_POSITIVE_COLUMN = "_dedup_bloom_pos"
-FALSE_POSITIVE_COLUMN = "_dedup_bloom_fp"
-ROUND_TRIP_COLUMN = "_dedup_round_trips"
-LOOKUP_COLUMN = "_dedup_lookups"
-STATUS_COLUMNS = (STATUS_COLUMN, LATE_COLUMN, BLOOM_POSITIVE_COLUMN, FALSE_POSITIVE_COLUMN,
-                  ROUND_TRIP_COLUMN, LOOKUP_COLUMN)
+RESULT_COLUMN = "_dedup"
+"""The operator's per-row result (a struct of the fields below), dropped before output."""
+STATUS, LATE, BLOOM_POSITIVES, FALSE_POSITIVES, ROUND_TRIPS, LOOKUPS = (
+    "status", "late", "bloom_pos", "bloom_fp", "round_trips", "lookups")
+RESULT_FIELDS = (STATUS, LATE, BLOOM_POSITIVES, FALSE_POSITIVES, ROUND_TRIPS, LOOKUPS)
+"""``status`` and ``late`` are per row (int8); the other four carry a shard's
+claim figures on one row of the shard (int32) and are 0 elsewhere."""
 
 KEPT, DUP_IN_BATCH, DUP_CATALOG, LATE_DROPPED = 0, 1, 2, 3
 """Values of the status column."""
@@ -80,13 +79,16 @@ def observed_columns() -> list[Any]:
     """The aggregate expressions ``observe`` computes (named like the fields above)."""
     from pyspark.sql import functions as sf
 
-    status = sf.col(STATUS_COLUMN)
+    def field(name: str) -> Any:
+        return sf.col(f"{RESULT_COLUMN}.{name}")
+
+    status = field(STATUS)
 
     def count_if(cond: Any) -> Any:
         return sf.coalesce(sf.sum(sf.when(cond, 1).otherwise(0)), sf.lit(0)).cast("long")
 
     def total(name: str) -> Any:
-        return sf.coalesce(sf.sum(sf.col(name)), sf.lit(0)).cast("long")
+        return sf.coalesce(sf.sum(field(name)), sf.lit(0)).cast("long")
 
     return [
         sf.count(sf.lit(1)).alias("records_in"),
@@ -94,9 +96,9 @@ def observed_columns() -> list[Any]:
         count_if(status == DUP_IN_BATCH).alias("duplicates_in_batch"),
         count_if(status == DUP_CATALOG).alias("duplicates_catalog"),
         count_if(status == LATE_DROPPED).alias("late_dropped"),
-        count_if((sf.col(LATE_COLUMN) == 1) & (status != LATE_DROPPED)).alias("late_passed"),
-        total(BLOOM_POSITIVE_COLUMN).alias("bloom_positives"),
-        total(FALSE_POSITIVE_COLUMN).alias("bloom_false_positives"),
-        total(ROUND_TRIP_COLUMN).alias("round_trips"),
-        total(LOOKUP_COLUMN).alias("catalog_lookups"),
+        count_if((field(LATE) == 1) & (status != LATE_DROPPED)).alias("late_passed"),
+        total(BLOOM_POSITIVES).alias("bloom_positives"),
+        total(FALSE_POSITIVES).alias("bloom_false_positives"),
+        total(ROUND_TRIPS).alias("round_trips"),
+        total(LOOKUPS).alias("catalog_lookups"),
     ]

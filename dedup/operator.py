@@ -1,10 +1,11 @@
 """The dedup operator: keep the first occurrence of each record ID.
 
-Works on streaming and batch DataFrames. Rows are shuffled to
-``num_shards`` shards by ``pmod(xxhash64(id), num_shards)``; each partition
-runs :class:`dedup.arrow_step.ArrowStep` (Arrow batches, one atomic Redis
-claim per batch and shard), Spark ``observe``\\ s the per-batch metrics, and
-only kept rows go on.
+Works on streaming and batch DataFrames. Rows are shuffled by shard
+(``pmod(xxhash64(id), num_shards)``), each shard to partition ``shard mod P``
+(:mod:`dedup.placement`); each partition runs
+:class:`dedup.partition_step.PartitionStep` in a pandas UDF that sees only
+the IDs (one atomic Redis claim per batch and shard), Spark ``observe``\\ s
+the per-batch metrics, and only kept rows go on.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from dedup.arrow_step import SHARD_COLUMN, ArrowStep
 from dedup.catalog import RedisCatalog
 from dedup.config import DedupConfig
 from dedup.exceptions import ConfigError, RecordIdError
-from dedup.metrics import KEPT, STATUS_COLUMN, STATUS_COLUMNS, DedupMetrics, observed_columns
+from dedup.metrics import KEPT, RESULT_COLUMN, STATUS, DedupMetrics, observed_columns
+from dedup.partition_step import PartitionStep, id_problem_column, partition_udf
+from dedup.placement import placement_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,12 +75,13 @@ class Deduplicator:
         Raises
         ------
         RecordIdError
-            The ID column is missing (the message lists the available columns).
+            The ID column is missing (the message lists the available columns) or is
+            not a string.
         UnsafeSettingError, ShardCountMismatchError, CatalogUnavailableError
             From the start-up checks; the message names the fix.
         """
         from pyspark.sql import functions as sf
-        from pyspark.sql.types import ByteType, IntegerType, StructField, StructType
+        from pyspark.sql.types import NumericType, StringType, TimestampType
 
         cfg = self.config
         if cfg.id_column not in df.columns:
@@ -87,30 +90,40 @@ class Deduplicator:
                 f"{df.columns}. Add it with dedup.with_record_id(df, ...) or set "
                 "DedupConfig(id_column=...)"
             )
-        event_time = cfg.retention.event_time_column
-        if event_time is not None and event_time not in df.columns:
-            raise ConfigError(
-                f"retention event_time_column {event_time!r} is missing; available columns: "
-                f"{df.columns}"
+        id_type = df.schema[cfg.id_column].dataType
+        if not isinstance(id_type, StringType):
+            raise RecordIdError(
+                f"record id column {cfg.id_column!r} has type {id_type.simpleString()}: it "
+                "must be a string; cast it or use with_record_id(strategy='column' or 'hash')"
             )
-        clash = [c for c in (*STATUS_COLUMNS, SHARD_COLUMN) if c in df.columns]
-        if clash:
-            raise ConfigError(f"columns {clash} are reserved by the dedup operator; rename them")
+        event_time = cfg.retention.event_time_column
+        if event_time is not None:
+            if event_time not in df.columns:
+                raise ConfigError(
+                    f"retention event_time_column {event_time!r} is missing; available "
+                    f"columns: {df.columns}"
+                )
+            event_type = df.schema[event_time].dataType
+            if not isinstance(event_type, TimestampType | NumericType):
+                raise ConfigError(
+                    f"retention event_time_column {event_time!r} has type "
+                    f"{event_type.simpleString()}: it must be a timestamp or epoch seconds"
+                )
+        if RESULT_COLUMN in df.columns:
+            raise ConfigError(f"column {RESULT_COLUMN!r} is reserved by the dedup operator; "
+                              "rename it")
         self.catalog.check_setup()
         spark = df.sparkSession
         partitions = self.num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions")
                                                 or 200)
-        sharded = df.withColumn(
-            SHARD_COLUMN,
-            sf.pmod(sf.xxhash64(sf.col(cfg.id_column)), sf.lit(cfg.num_shards)).cast("int"),
-        ).repartition(partitions, SHARD_COLUMN)
-        schema = StructType(
-            [f for f in df.schema.fields]
-            + [StructField(STATUS_COLUMN, ByteType(), False),
-               StructField("_dedup_late", ByteType(), False)]
-            + [StructField(name, IntegerType(), False) for name in STATUS_COLUMNS[2:]]
-        )
-        marked = sharded.mapInArrow(ArrowStep(cfg, uuid.uuid4().hex), schema)
+        record_id = sf.col(cfg.id_column)
+        shard = sf.pmod(sf.xxhash64(record_id), sf.lit(cfg.num_shards)).cast("int")
+        sharded = df.repartition(partitions, placement_column(shard, cfg.num_shards, partitions))
+        inputs = [record_id, shard, id_problem_column(record_id)]
+        if event_time is not None:
+            inputs.append(sf.col(event_time).cast("double"))
+        decide = partition_udf(PartitionStep(cfg, uuid.uuid4().hex))
+        marked = sharded.withColumn(RESULT_COLUMN, decide(*inputs))
         if df.isStreaming:
             observed = marked.observe(self.metric_name, *observed_columns())
             if self.gc_listener:
@@ -120,7 +133,8 @@ class Deduplicator:
 
             self._observation = Observation(self.metric_name)
             observed = marked.observe(self._observation, *observed_columns())
-        return observed.filter(sf.col(STATUS_COLUMN) == KEPT).drop(*STATUS_COLUMNS)
+        return (observed.filter(sf.col(f"{RESULT_COLUMN}.{STATUS}") == KEPT)
+                .drop(RESULT_COLUMN))
 
     def _install_listener(self, spark: SparkSession) -> None:
         from dedup.gc import DecisionGcListener

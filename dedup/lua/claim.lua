@@ -13,8 +13,10 @@
 -- ARGV[10] epoch to use if the shard is new
 -- ARGV[11] Bloom negatives, ARGV[12] Bloom positives: newline-joined IDs (one
 -- argument each: packing thousands of arguments cost more than the script)
--- Returns {status, ...}; "OK": {epoch, version, dropped, catch-up, mode, lookups};
--- "REPLAY": {"<version>|<kept ids>"}
+-- Returns {status, ...}; "OK": {epoch, version, dropped, catch-up, mode, lookups}
+-- where dropped lists the 0-based positions (comma-joined) of the duplicates
+-- among the candidates, negatives first, then positives; "REPLAY":
+-- {"<version>|<kept ids>"}
 
 local state, dec, jr = KEYS[1], KEYS[2], KEYS[3]
 local field = ARGV[1]
@@ -70,22 +72,31 @@ elseif ARGV[2] == epoch and cver >= 0 and cver < version and version - cver <= k
   end
 end
 
-local kept, dropped, need = {}, {}, {}
+-- need/at: IDs the catalog must judge and their candidate positions
+local kept, dropped, need, at = {}, {}, {}, {}
+local pos = 0
 if mode == 'trust' then
   -- a current filter's negatives are new: no lookup, no per-ID table work
   for id in string.gmatch(ARGV[11], '[^\n]+') do kept[#kept + 1] = id end
+  pos = #kept
 else
   for id in string.gmatch(ARGV[11], '[^\n]+') do
     if mode ~= 'journal' then
       need[#need + 1] = id
+      at[#need] = pos
     elseif journal[id] then
-      dropped[#dropped + 1] = id
+      dropped[#dropped + 1] = pos
     else
       kept[#kept + 1] = id
     end
+    pos = pos + 1
   end
 end
-for id in string.gmatch(ARGV[12], '[^\n]+') do need[#need + 1] = id end
+for id in string.gmatch(ARGV[12], '[^\n]+') do
+  need[#need + 1] = id
+  at[#need] = pos
+  pos = pos + 1
+end
 
 -- Full catalog check of the rest, SMISMEMBER in chunks over the live buckets.
 local CHUNK = 5000
@@ -101,7 +112,7 @@ for k = 4, #KEYS do
 end
 for i = 1, #need do
   if found[need[i]] then
-    dropped[#dropped + 1] = need[i]
+    dropped[#dropped + 1] = at[i]
   else
     kept[#kept + 1] = need[i]
   end
@@ -119,6 +130,6 @@ if #kept > 0 then
   redis.call('HSET', state, 'version', version)
 end
 redis.call('HSET', dec, field, tostring(version) .. '|' .. blob)
--- The reply names the (few) dropped IDs, not the (many) kept ones.
-return {'OK', epoch, tostring(version), table.concat(dropped, '\n'),
+-- The reply names the (few) dropped positions, not the (many) kept IDs.
+return {'OK', epoch, tostring(version), table.concat(dropped, ','),
         table.concat(catch, '\n'), mode, tostring(#need)}

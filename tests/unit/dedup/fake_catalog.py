@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dedup.catalog import ClaimReply, Snapshot
 
 
@@ -37,7 +39,7 @@ class FakeCatalog:
         self.calls += 1
         st = self.shard(shard)
         if decision in st.decisions:
-            return ClaimReply(list(st.decisions[decision]), True, "", -1, [], "replay", 0)
+            return ClaimReply.replayed(list(st.decisions[decision]))
         mode, journal, catch = "full", set(), []
         if tag is not None and tag[0] == st.epoch:
             if tag[1] == st.version:
@@ -48,7 +50,7 @@ class FakeCatalog:
                 for v in range(tag[1] + 1, st.version + 1):
                     catch.extend(st.journal[v])
                 journal = set(catch)
-        kept, lookups = [], 0
+        kept, keep, lookups = [], [], 0
         for i, key in enumerate(negatives + positives):
             negative = i < len(negatives)
             if negative and mode == "trust":
@@ -58,6 +60,7 @@ class FakeCatalog:
             else:
                 lookups += 1
                 new = key not in st.ids
+            keep.append(new)
             if new:
                 kept.append(key)
         if kept:
@@ -66,7 +69,8 @@ class FakeCatalog:
             st.journal[st.version] = list(kept)
             st.journal.pop(st.version - self.journal_versions, None)
         st.decisions[decision] = kept
-        return ClaimReply(kept, False, st.epoch, st.version, catch, mode, lookups)
+        return ClaimReply(np.array(keep, dtype=bool), False, st.epoch, st.version, catch, mode,
+                          lookups)
 
     def snapshot(self, shard: int, now: float) -> Snapshot:
         self.calls += 1

@@ -1,0 +1,209 @@
+"""The per-partition step of the operator (runs in Spark's Python workers).
+
+All rows of a shard are in one partition (the operator repartitions by
+shard placement), so the step reads the whole partition, checks the IDs,
+drops within-batch duplicates (first occurrence wins) and makes ONE catalog
+claim per shard present. It returns one small result per row (status and
+metrics, :data:`dedup.metrics.RESULT_FIELDS`); the operator then observes
+the metrics and keeps status ``KEPT``.
+
+Only the ID, the shard, an ID problem code and (with retention by event
+time) the event time reach Python: Spark's scalar-iterator pandas UDF keeps
+every other column in the JVM and zips the results back onto the rows, so
+the payload never crosses into Python.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dedup.claim import ShardClaimer
+from dedup.config import DedupConfig, LatePolicy
+from dedup.exceptions import RecordIdError
+from dedup.failpoints import fail_point
+from dedup.ids import MAX_ID_LENGTH
+from dedup.metrics import (
+    BLOOM_POSITIVES,
+    DUP_CATALOG,
+    DUP_IN_BATCH,
+    FALSE_POSITIVES,
+    KEPT,
+    LATE,
+    LATE_DROPPED,
+    LOOKUPS,
+    RESULT_FIELDS,
+    ROUND_TRIPS,
+    STATUS,
+)
+from dedup.worker_imports import keep_static_archive_caches
+
+STATIC_QUERY_ID = "static"
+OUTPUT_CHUNK = 10_000
+
+ID_OK, ID_NULL, ID_EMPTY, ID_TOO_LONG, ID_NEWLINE = range(5)
+_PROBLEM_NAMES = {ID_NULL: "null", ID_EMPTY: "empty",
+                  ID_TOO_LONG: f"longer than {MAX_ID_LENGTH} characters",
+                  ID_NEWLINE: "containing a newline"}
+
+
+def id_problem_column(id_column: Any) -> Any:
+    """Spark column: the :data:`ID_OK`... code of each record ID, computed in the JVM."""
+    from pyspark.sql import functions as sf
+
+    return (sf.when(id_column.isNull(), ID_NULL)
+            .when(sf.length(id_column) == 0, ID_EMPTY)
+            .when(sf.length(id_column) > MAX_ID_LENGTH, ID_TOO_LONG)
+            .when(sf.instr(id_column, "\n") > 0, ID_NEWLINE)
+            .otherwise(ID_OK).cast("byte"))
+
+
+def id_problem_codes(ids: Sequence[Any] | np.ndarray) -> np.ndarray:
+    """The same codes computed in Python (for callers without the JVM column)."""
+    def code(key: Any) -> int:
+        if key is None:
+            return ID_NULL
+        if not key:
+            return ID_EMPTY
+        if len(key) > MAX_ID_LENGTH:
+            return ID_TOO_LONG
+        return ID_NEWLINE if "\n" in key else ID_OK
+    return np.fromiter((code(k) for k in ids), dtype=np.int8, count=len(ids))
+
+
+def raise_for_problems(config: DedupConfig, problems: np.ndarray, query_id: str,
+                       batch_id: str) -> None:
+    """Raise :class:`RecordIdError` naming the column, the batch and what is wrong."""
+    if not problems.any():
+        return
+    counts = np.bincount(problems, minlength=len(_PROBLEM_NAMES) + 1)
+    found = [f"{counts[c]} {name}" for c, name in _PROBLEM_NAMES.items() if counts[c]]
+    raise RecordIdError(
+        f"record id column {config.id_column!r} has {', '.join(found)} value(s) in batch "
+        f"{batch_id} of query {query_id}: filter such rows out before deduplicate(), or "
+        "derive IDs with with_record_id(strategy='hash')"
+    )
+
+
+def late_mask(config: DedupConfig, event_seconds: np.ndarray | None,
+              now: float) -> np.ndarray | None:
+    """Rows whose event time (epoch seconds, NaN for null) is older than the horizon."""
+    if event_seconds is None:
+        return None
+    cutoff = now - config.retention.horizon_seconds
+    with np.errstate(invalid="ignore"):
+        return np.asarray(event_seconds < cutoff, dtype=bool)  # NaN (null) is not late
+
+
+def decide_partition(config: DedupConfig, ids: Sequence[Any] | np.ndarray, shards: np.ndarray,
+                     query_id: str, batch_id: str, lease_owner: str, partition: int,
+                     claimer: ShardClaimer | None = None, now: float | None = None,
+                     problems: np.ndarray | None = None,
+                     event_seconds: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Decide every row of one partition; returns the result fields as arrays.
+
+    ``ids`` and ``shards`` are aligned; ``problems`` are the ID problem codes
+    (computed here when None). Claims are idempotent per (query, batch,
+    shard), so running it again for the same batch gives the same result.
+    """
+    now = time.time() if now is None else now
+    claimer = claimer or ShardClaimer(config)
+    keys = ids if isinstance(ids, np.ndarray) else np.array(ids, dtype=object)
+    n = len(keys)
+    raise_for_problems(config, id_problem_codes(keys) if problems is None else problems,
+                       query_id, batch_id)
+    shards = np.asarray(shards, dtype=np.int64)
+    status = np.full(n, DUP_IN_BATCH, dtype=np.int8)
+    late = late_mask(config, event_seconds, now)
+    rows = np.arange(n)
+    if late is not None and config.retention.late_policy == LatePolicy.DROP:
+        status[late] = LATE_DROPPED
+        rows = np.flatnonzero(~late)
+    repeated = pd.Series(keys[rows], dtype=object, copy=False).duplicated(keep="first")
+    unique_rows = rows[~repeated.to_numpy()]
+    status[unique_rows] = DUP_CATALOG
+    metrics = {name: np.zeros(n, dtype=np.int32)
+               for name in (BLOOM_POSITIVES, FALSE_POSITIVES, ROUND_TRIPS, LOOKUPS)}
+    unique_shards = shards[unique_rows]
+    order = np.argsort(unique_shards, kind="stable")
+    cuts = np.flatnonzero(np.diff(unique_shards[order])) + 1
+    for group in np.split(order, cuts) if len(order) else []:
+        group_rows = unique_rows[group]
+        shard = int(shards[group_rows[0]])
+        outcome = claimer.claim(query_id, batch_id, shard, keys[group_rows], lease_owner, now)
+        fail_point("dedup.after_claim", config.fail_points.directory, batch=batch_id,
+                   shard=shard, partition=partition, query=query_id)
+        status[group_rows[outcome.keep]] = KEPT
+        anchor = group_rows[0]  # the shard's figures ride on one of its rows
+        metrics[BLOOM_POSITIVES][anchor] = outcome.bloom_positives
+        metrics[FALSE_POSITIVES][anchor] = outcome.false_positives
+        metrics[ROUND_TRIPS][anchor] = outcome.round_trips
+        metrics[LOOKUPS][anchor] = outcome.lookups
+    late_flags = late.astype(np.int8) if late is not None else np.zeros(n, dtype=np.int8)
+    return {STATUS: status, LATE: late_flags, **metrics}
+
+
+def result_type() -> Any:
+    """Spark type of the per-row result struct (field order of RESULT_FIELDS)."""
+    from pyspark.sql.types import ByteType, IntegerType, StructField, StructType
+
+    # nullable: Spark reads a pandas UDF's struct result as nullable fields
+    return StructType([StructField(name, ByteType() if name in (STATUS, LATE)
+                                   else IntegerType()) for name in RESULT_FIELDS])
+
+
+@dataclass(frozen=True)
+class PartitionStep:
+    """Picklable body of the operator's pandas UDF (one call per partition).
+
+    Input batches carry ``(id, shard, problem code[, event seconds])``.
+    ``static_token`` identifies one batch (non-streaming) DataFrame: task
+    retries and re-executions of it replay the same decisions.
+    """
+
+    config: DedupConfig
+    static_token: str
+
+    def __call__(self, batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
+        from pyspark import TaskContext
+
+        keep_static_archive_caches()  # per-task overhead of the worker, see the module
+        ctx = TaskContext.get()
+        query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
+        batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
+        partition = ctx.partitionId() if ctx else -1
+        lease_owner = query_id or ""
+        if not query_id or batch_id is None:
+            query_id, batch_id = STATIC_QUERY_ID, self.static_token
+        # The whole partition first: all rows of a shard must be decided together.
+        columns = list(zip(*[b for b in batches if len(b[0])], strict=True))
+        if not columns:
+            return
+        ids = np.concatenate([s.to_numpy(dtype=object) for s in columns[0]])
+        shards = np.concatenate([s.to_numpy() for s in columns[1]])
+        problems = np.concatenate([s.to_numpy() for s in columns[2]])
+        event_seconds = (np.concatenate([s.to_numpy(dtype=np.float64, na_value=np.nan)
+                                         for s in columns[3]]) if len(columns) > 3 else None)
+        result = pd.DataFrame(decide_partition(
+            self.config, ids, shards, query_id, str(batch_id), lease_owner, partition,
+            problems=problems, event_seconds=event_seconds), columns=list(RESULT_FIELDS))
+        for start in range(0, len(result), OUTPUT_CHUNK):
+            yield result.iloc[start:start + OUTPUT_CHUNK]
+
+
+def partition_udf(step: PartitionStep) -> Any:
+    """The non-deterministic scalar-iterator pandas UDF that runs ``step``.
+
+    Non-deterministic, so the optimizer neither duplicates nor reorders it.
+    """
+    from pyspark.sql.functions import pandas_udf
+
+    def decide(batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
+        return step(batches)
+
+    return pandas_udf(decide, result_type()).asNondeterministic()  # type: ignore[call-overload]

@@ -1,0 +1,64 @@
+"""Stop Spark's Python workers from re-reading PySpark's own archives on every task.
+
+PySpark puts ``pyspark.zip``, the py4j zip and the ``spark-core`` jar on every
+worker's ``sys.path`` and calls ``importlib.invalidate_caches()`` at the start
+of every task. On Python 3.10 and 3.11, a zipimporter answers that by
+re-reading its archive's whole directory (CPython gh-103200), once per cached
+importer: measured here, about 0.1 s of CPU per task and Python worker, more
+than the dedup work of a 50k-row partition. Spark fixed its side after the
+version we pin (SPARK-54744).
+
+These archives belong to the Spark installation and cannot change while a
+worker lives, so their importers may keep their directory. Archives a user
+ships with ``--py-files`` live in the SparkFiles directory and are still
+invalidated as before.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import zipimport
+from typing import Any
+
+_LOCK = threading.Lock()
+_PATCHED = False
+
+
+def _static_archive_roots() -> tuple[str, ...]:
+    import pyspark
+
+    home = os.path.dirname(os.path.abspath(pyspark.__file__))
+    # pyspark may itself be imported from pyspark.zip: use the folder that holds it
+    if home.endswith(os.path.join("lib", "pyspark.zip", "pyspark")):
+        home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(home))))
+    roots = [os.path.join(home, "python", "lib") + os.sep, os.path.join(home, "jars") + os.sep]
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home:
+        roots += [os.path.join(spark_home, "python", "lib") + os.sep,
+                  os.path.join(spark_home, "jars") + os.sep]
+    return tuple(roots)
+
+
+def keep_static_archive_caches() -> None:
+    """Make ``invalidate_caches()`` skip PySpark's installed archives in this process.
+
+    Safe to call many times (the first call patches, later calls return at
+    once). Has no effect on imports: only on when an archive's directory is
+    re-read.
+    """
+    global _PATCHED
+    if _PATCHED:
+        return
+    with _LOCK:
+        if _PATCHED:
+            return
+        roots = _static_archive_roots()
+        original = zipimport.zipimporter.invalidate_caches
+
+        def invalidate_unless_static(self: Any) -> None:
+            if not str(getattr(self, "archive", "")).startswith(roots):
+                original(self)
+
+        zipimport.zipimporter.invalidate_caches = invalidate_unless_static  # type: ignore[method-assign]
+        _PATCHED = True
