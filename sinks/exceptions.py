@@ -56,3 +56,9 @@ class CommitOutcomeUnknownError(TransactionFailedError):
     """``commit_transaction`` did not answer in time; the retry's marker read decides."""
 
     _fatal = True
+
+
+class ProducerStuckError(TransactionFailedError):
+    """A Kafka client call did not return by its deadline; the producer was discarded."""
+
+    _fatal = True

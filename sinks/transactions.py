@@ -1,31 +1,35 @@
 """One partition of one micro-batch, written to Kafka at most once (invariant 6).
 
 Per (app, partition) there is one transactional producer, ``transactional.id
-= <app_id>.p<partition>``, created afresh for every partition write (its
-``init_transactions()`` is what fences the previous writer and aborts what it
-left open) and kept per Python worker process until the next write. The
-batch marker is the committed offset of the one-partition
-marker topic for the group ``<app_id>.sink.p<partition>``: offset =
-``batch + 1``, metadata = the Spark query id. It is written with
+= <app_id>.p<partition>``, kept per Python worker process across batches.
+The batch marker is the committed offset of the one-partition marker topic
+for the group ``<app_id>.sink.p<partition>``: offset = ``batch + 1``,
+metadata = the Spark query id. It is written with
 ``send_offsets_to_transaction`` inside the same transaction as the records,
 so the records and the marker become visible together or not at all.
 
 Attempt of a partition::
 
-    producer (init_transactions on creation: fences older producers and
+    producer (cached, or new: init_transactions fences older producers and
               aborts or completes their open transaction)
     read marker (read_committed: waits for pending transactional offsets)
     marker says this batch is in -> skip
-    begin; produce records (+ record ID header); send marker; commit
+    begin; send marker; produce records (+ record ID header); commit
+
+Spark moves partitions between Python workers, so a cached producer may have
+been fenced by a newer one elsewhere. The marker goes first in the
+transaction: its round trip to the coordinator reports the fence before any
+record is produced, and the attempt is redone once with a new producer. A
+newer writer that crashed with its transaction open blocks the marker read
+(pending offsets); a cached producer waits only briefly for it, then is
+replaced, since only a new ``init_transactions()`` aborts that transaction.
 
 Abortable errors abort the transaction and retry the attempt (bounded).
-A fenced producer is dropped and the attempt is redone once with a fresh
-producer (the redo re-reads the marker inside a fresh transaction, so it can
-never emit twice); fenced twice means another live writer, and the task
-fails. Fatal errors
-and an unknown commit outcome drop the producer and fail the task: Spark's
-retry re-inits the producer, which settles the outcome, and the marker says
-whether to produce again.
+Fenced twice means another live writer, and the task fails. Fatal errors and
+an unknown commit outcome drop the producer and fail the task: Spark's retry
+re-inits the producer, which settles the outcome, and the marker says
+whether to produce again. Delivery failures need no per-record callback:
+``commit_transaction`` returns an abortable error if any record failed.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -45,6 +50,7 @@ from sinks.config import SinkConfig
 from sinks.exceptions import (
     CommitOutcomeUnknownError,
     ProducerFencedError,
+    ProducerStuckError,
     TransactionFailedError,
 )
 from sinks.records import OutRecord
@@ -57,6 +63,11 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                  KafkaError.INVALID_PRODUCER_EPOCH,
                  KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 CALL_TIMEOUT_S = 30.0
+STALE_PRODUCER_PATIENCE_S = 2.0
+"""How long a cached producer waits on pending offsets before it is replaced."""
+OFFSETS_TIMEOUT_S = 10.0
+"""Timeout given to ``send_offsets_to_transaction``; it is also enforced from outside."""
+STUCK_GRACE_S = 5.0
 _COORDINATOR_CODES = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT,
                       KafkaError._WAIT_COORD, KafkaError.UNSTABLE_OFFSET_COMMIT}
@@ -98,18 +109,60 @@ def drop_producer(transactional_id: str) -> None:
             producer.flush(0)
 
 
-def get_producer(config: SinkConfig, partition: int) -> Producer:
-    """The cached, initialised transactional producer of ``partition`` in this process."""
+def get_producer(config: SinkConfig, partition: int) -> tuple[Producer, bool]:
+    """This process's initialised transactional producer of ``partition``, and whether it
+    was created (and ``init_transactions()`` called) just now."""
     txn_id = config.transactional_id(partition)
     producer = _PRODUCERS.get(txn_id)
-    if producer is None:
-        producer = Producer(config.producer_settings(partition))
+    if producer is not None:
+        return producer, False
+    producer = Producer(config.producer_settings(partition))
+    try:
+        # One metadata round trip first: librdkafka sends its first coordinator
+        # query on the bootstrap connection, which it drops once metadata names
+        # the real brokers; a query lost that way waits out a fixed 500 ms timer
+        # (measured: 1 in 3 starts without this, 1 in 12 with it).
+        producer.list_topics(config.marker_topic, timeout=CALL_TIMEOUT_S)
+        producer.init_transactions(CALL_TIMEOUT_S)
+    except KafkaException as exc:
+        raise _classify(exc, f"init_transactions of {txn_id}") from exc
+    _PRODUCERS[txn_id] = producer
+    return producer, True
+
+
+def call_with_deadline(call: Callable[[], None], seconds: float, what: str) -> None:
+    """Run a Kafka client call that may ignore its own timeout, bounded from outside.
+
+    librdkafka's ``send_offsets_to_transaction`` can block forever when the
+    group coordinator goes away mid-call (librdkafka issues #5456 and #5511,
+    open; seen here when the broker was killed during the call). A stuck call
+    raises :class:`ProducerStuckError` after ``seconds``; its thread is left
+    behind, blocked on the abandoned producer, which the caller must drop.
+    """
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
         try:
-            producer.init_transactions(CALL_TIMEOUT_S)
-        except KafkaException as exc:
-            raise _classify(exc, f"init_transactions of {txn_id}") from exc
-        _PRODUCERS[txn_id] = producer
-    return producer
+            call()
+            outcome.append(None)
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name=f"dedup-{what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise ProducerStuckError(
+            f"{what} did not return within {seconds:g} s (a known librdkafka hang when the "
+            "group coordinator goes away, librdkafka #5456/#5511): the producer is "
+            "discarded, the task fails and Spark retries it with a new producer"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+class MarkerPendingError(Exception):
+    """The marker read waited ``patience`` seconds on another writer's open transaction."""
 
 
 def _marker_consumer(config: SinkConfig, partition: int) -> Consumer:
@@ -120,26 +173,41 @@ def _marker_consumer(config: SinkConfig, partition: int) -> Consumer:
             **config.client_config(), "group.id": group, "enable.auto.commit": False,
             "isolation.level": "read_committed",
         })
+        with contextlib.suppress(KafkaException):  # a warm-up only (see get_producer)
+            consumer.list_topics(config.marker_topic, timeout=CALL_TIMEOUT_S)
         _CONSUMERS[group] = consumer
     return consumer
 
 
-def read_marker(config: SinkConfig, partition: int) -> tuple[str | None, int]:
-    """``(query id, next batch)`` committed for ``partition``; ``(None, -1)`` if none."""
+def read_marker(config: SinkConfig, partition: int,
+                patience: float | None = None) -> tuple[str | None, int]:
+    """``(query id, next batch)`` committed for ``partition``; ``(None, -1)`` if none.
+
+    Waits while the group coordinator loads and while another writer's
+    transaction holds pending offsets, up to :data:`CALL_TIMEOUT_S`; with
+    ``patience``, raises :class:`MarkerPendingError` after that many seconds
+    instead. Read-only: safe to repeat.
+    """
     consumer = _marker_consumer(config, partition)
-    deadline = time.monotonic() + CALL_TIMEOUT_S
+    wait = CALL_TIMEOUT_S if patience is None else patience
+    deadline = time.monotonic() + wait
     while True:
         try:
             [tp] = consumer.committed([TopicPartition(config.marker_topic, 0)],
-                                      timeout=CALL_TIMEOUT_S)
+                                      timeout=max(0.1, deadline - time.monotonic()))
             break
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             # The group coordinator moves or loads (a fresh broker, a restart): wait.
-            if (error.code() in _COORDINATOR_CODES or error.retriable()) \
-                    and time.monotonic() < deadline:
+            retriable = error.code() in _COORDINATOR_CODES or error.retriable()
+            if retriable and time.monotonic() < deadline:
                 time.sleep(0.2)
                 continue
+            if retriable and patience is not None:
+                raise MarkerPendingError(
+                    f"the batch marker of {config.marker_group(partition)} stayed "
+                    f"unreadable for {patience:g} s ({error.name()})"
+                ) from exc
             raise TransactionFailedError(
                 f"could not read the batch marker of {config.marker_group(partition)}: {exc}"
             ) from exc
@@ -171,14 +239,9 @@ class _Fenced(Exception):  # noqa: N818 - internal control flow
 
 
 def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfig,
-                 batch: int, partition: int, attempt: int) -> list[KafkaError]:
-    errors: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-
+                 batch: int, partition: int, attempt: int) -> None:
     half = len(records) // 2
+    produce = producer.produce
     for index, record in enumerate(records):
         if index == half and half:
             if config.failpoint_dir:
@@ -190,20 +253,13 @@ def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfi
         while True:
             try:
                 if record.partition is None:
-                    producer.produce(record.topic, record.value, record.key,
-                                     on_delivery=on_delivery, headers=headers)
+                    produce(record.topic, record.value, record.key, headers=headers)
                 else:
-                    producer.produce(record.topic, record.value, record.key, record.partition,
-                                     on_delivery=on_delivery, headers=headers)
+                    produce(record.topic, record.value, record.key, record.partition,
+                            headers=headers)
                 break
             except BufferError:
                 producer.poll(0.05)  # queue full: let deliveries drain
-        if index % 1000 == 999:
-            producer.poll(0)  # serve delivery callbacks without a call per record
-    remaining = producer.flush(CALL_TIMEOUT_S)
-    if remaining:
-        errors.append(KafkaError(KafkaError._TIMED_OUT, f"{remaining} records undelivered"))
-    return errors
 
 
 def _commit(producer: Producer, what: str) -> None:
@@ -230,23 +286,28 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
              partition: int, attempt: int) -> tuple[bool, int]:
     """One transaction; returns ``(skipped, produced)``. Raises _Abortable / _Fenced."""
     what = f"sink batch {batch} partition {partition} ({config.transactional_id(partition)})"
-    producer = get_producer(config, partition)
-    marker_qid, next_batch = read_marker(config, partition)
+    producer, fresh = get_producer(config, partition)
+    try:
+        marker_qid, next_batch = read_marker(
+            config, partition, patience=None if fresh else STALE_PRODUCER_PATIENCE_S)
+    except MarkerPendingError:
+        # Another writer's open transaction holds the marker; only a new
+        # producer's init_transactions() aborts it.
+        drop_producer(config.transactional_id(partition))
+        producer, _ = get_producer(config, partition)
+        marker_qid, next_batch = read_marker(config, partition)
     if marker_qid == query_id and next_batch >= batch + 1:
         return True, 0
-    if not records:
-        return False, 0
     try:
         producer.begin_transaction()
-        errors = _produce_all(producer, records, config, batch, partition, attempt)
-        if errors:
-            if any(_is_fenced(e) for e in errors):
-                raise _Fenced()
-            raise _Abortable(f"{len(errors)} delivery errors, first {errors[0]}")
-        consumer = _marker_consumer(config, partition)
-        producer.send_offsets_to_transaction(
-            [TopicPartition(config.marker_topic, 0, batch + 1, metadata=query_id)],
-            consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
+        # The marker first: a fenced (stale cached) producer fails here, before
+        # any record is produced.
+        group = _marker_consumer(config, partition).consumer_group_metadata()
+        marker = [TopicPartition(config.marker_topic, 0, batch + 1, metadata=query_id)]
+        call_with_deadline(
+            lambda: producer.send_offsets_to_transaction(marker, group, OFFSETS_TIMEOUT_S),
+            OFFSETS_TIMEOUT_S + STUCK_GRACE_S, f"send_offsets_to_transaction of {what}")
+        _produce_all(producer, records, config, batch, partition, attempt)
         if config.failpoint_dir:
             producer.flush(CALL_TIMEOUT_S)
         fail_point("sink.before_commit", config.failpoint_dir, batch=batch,
@@ -272,13 +333,11 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
     ``read_committed`` readers.
     """
     txn_id = config.transactional_id(partition)
-    # Every task starts with a fresh producer: its init_transactions() fences
-    # whoever wrote this partition before and aborts a transaction they left
-    # open. A producer cached from an earlier batch would not: Spark moves
-    # partitions between Python workers, so a crashed attempt elsewhere may hold
-    # a newer epoch with an open transaction, and the marker read below would
-    # then block on its pending offsets until the transaction timed out.
-    drop_producer(txn_id)
+    if not records:
+        # Nothing to make visible, and nothing a retry could emit twice.
+        fail_point("sink.after_commit", config.failpoint_dir, batch=batch, partition=partition,
+                   attempt=0)
+        return PartitionResult(partition, batch, 0, False, replayed, 0)
     redo_after_fence = True
     attempt = 0
     while True:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from dedup.failpoints import fail_point
+from dedup.worker_imports import keep_static_archive_caches
 from sinks.checkpoint import CheckpointStore, decode_batches, encode_batches
 from sinks.config import SinkConfig
 from sinks.records import InputLayout, iter_rows_as_batches, to_records
@@ -40,6 +41,7 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     repeat; a failure leaves nothing visible to ``read_committed`` readers
     and means the Spark task must be retried.
     """
+    keep_static_archive_caches()  # per-task overhead of the worker, see the module
     arrow = list(_as_arrow(batches, columns))
     replayed = False
     if config.strong_productions:

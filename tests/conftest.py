@@ -59,6 +59,9 @@ def kafka_broker(services_dir: Path) -> Iterator[KafkaBroker | None]:
     try:
         yield broker
     finally:
+        from sinks.transactions import close_clients
+
+        close_clients()  # sink clients cached in this process, before their broker goes
         broker.stop()
 
 

@@ -38,7 +38,7 @@ class BrokenMarkerWriter(ExactlyOnceKafkaStreamWriter):
         # The patch lives only for this call: the worker process is reused by
         # other tests, which must get the real sink.
         real = sinks.transactions.read_marker
-        sinks.transactions.read_marker = lambda config, partition: (None, -1)
+        sinks.transactions.read_marker = lambda config, partition, **_: (None, -1)
         try:
             return super().write(iterator)
         finally:

@@ -71,7 +71,11 @@ def test_older_producer_is_fenced_and_output_is_exact(kafka_bootstrap: str, app_
 
 def test_next_write_fences_a_newer_producer_of_another_worker(kafka_bootstrap: str,
                                                               app_id: str) -> None:
-    """A partition moved to another worker: every write starts with a fresh producer."""
+    """A partition moved to another worker and back: the cached producer is stale.
+
+    Its first transactional call (the marker) reports the fence before any
+    record is produced; the redo's new producer fences the other worker's.
+    """
     topic = f"{app_id}-out"
     config = _config(kafka_bootstrap, app_id, topic)
     write_partition(config, _records(topic, 0), "query-a", 0, 0)
@@ -82,13 +86,15 @@ def test_next_write_fences_a_newer_producer_of_another_worker(kafka_bootstrap: s
     newer.produce(topic, value=b"zombie", headers=[(RECORD_ID_HEADER, b"zombie")])
     newer.flush(30)
     result = write_partition(config, _records(topic, 1), "query-a", 1, 0)
-    assert result.produced == 20 and result.attempts == 1
+    assert result.produced == 20 and result.attempts == 2
     assert _PRODUCERS[config.transactional_id(0)] is not cached
     with pytest.raises(KafkaException):  # the newer one is now the fenced zombie
         newer.commit_transaction(30)
     committed = _ids(kafka_bootstrap, topic)
     expected = [r.record_id.decode() for b in (0, 1) for r in _records(topic, b)]
     assert sorted(committed) == sorted(expected)
+    assert len(_ids(kafka_bootstrap, topic, "read_uncommitted")) == len(expected) + 1, \
+        "the stale producer must not have produced anything before it was fenced"
     # Operator tools: the app's transactional id is listed, and aborting is harmless.
     listed = list_transactions(kafka_bootstrap, app_id)
     assert [(t.transactional_id, t.query_id, t.next_batch) for t in listed] == \
@@ -108,8 +114,9 @@ def test_fenced_during_the_write_is_redone_once(kafka_bootstrap: str, app_id: st
     original = tx.read_marker
     intruders: list[Producer] = []
 
-    def read_marker_then_get_fenced(cfg: SinkConfig, partition: int) -> tuple[str | None, int]:
-        marker = original(cfg, partition)
+    def read_marker_then_get_fenced(cfg: SinkConfig, partition: int,
+                                    **kwargs: float | None) -> tuple[str | None, int]:
+        marker = original(cfg, partition, **kwargs)
         if not intruders:  # a concurrent writer of the same (app, partition) starts now
             intruder = Producer(cfg.producer_settings(partition))
             intruder.init_transactions(30)
@@ -121,3 +128,42 @@ def test_fenced_during_the_write_is_redone_once(kafka_bootstrap: str, app_id: st
     assert (result.produced, result.attempts) == (20, 2)
     assert sorted(_ids(kafka_bootstrap, topic)) == \
         sorted(r.record_id.decode() for r in _records(topic, 0))
+
+
+def test_crashed_writer_with_pending_marker_does_not_stall_a_cached_producer(
+        kafka_bootstrap: str, app_id: str) -> None:
+    """A newer writer crashed after sending the marker offsets, its transaction open.
+
+    The marker read of a cached producer blocks on those pending offsets; it
+    gives up after STALE_PRODUCER_PATIENCE_S, and the new producer's
+    init_transactions() aborts the open transaction, well before the
+    transaction timeout.
+    """
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from sinks.transactions import STALE_PRODUCER_PATIENCE_S
+
+    topic = f"{app_id}-out"
+    config = _config(kafka_bootstrap, app_id, topic)
+    write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    crashed = Producer({**config.producer_settings(0), "transaction.timeout.ms": 60_000})
+    crashed.init_transactions(30)
+    crashed.begin_transaction()
+    crashed.produce(topic, value=b"lost-attempt", headers=[(RECORD_ID_HEADER, b"id-1-0")])
+    group = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": config.marker_group(0)})
+    crashed.send_offsets_to_transaction(
+        [TopicPartition(config.marker_topic, 0, 2, metadata="query-a")],
+        group.consumer_group_metadata(), 30)
+    crashed.flush(30)
+    group.close()
+    started = time.monotonic()
+    result = write_partition(config, _records(topic, 1), "query-a", 1, 0)
+    took = time.monotonic() - started
+    assert result.produced == 20 and not result.skipped
+    assert STALE_PRODUCER_PATIENCE_S <= took < 30, f"write took {took:.1f} s"
+    expected = [r.record_id.decode() for b in (0, 1) for r in _records(topic, b)]
+    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(expected)
+    with pytest.raises(KafkaException):
+        crashed.commit_transaction(30)
