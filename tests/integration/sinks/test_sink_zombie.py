@@ -167,3 +167,38 @@ def test_crashed_writer_with_pending_marker_does_not_stall_a_cached_producer(
     assert sorted(_ids(kafka_bootstrap, topic)) == sorted(expected)
     with pytest.raises(KafkaException):
         crashed.commit_transaction(30)
+
+
+def test_a_record_the_broker_rejects_fails_the_whole_partition(
+        kafka_bootstrap: str, app_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A delivery failure inside the transaction: nothing of the partition is committed.
+
+    The sink registers no per-record delivery callback; librdkafka turns a
+    permanently failed record into an abortable error of the transaction. The
+    topic accepts records up to 2 kB; one record of 8 kB passes the producer's
+    own size check and is refused by the broker.
+    """
+    import logging
+
+    from sinks.exceptions import TransactionFailedError
+
+    topic = f"{app_id}-small"
+    config = SinkConfig(app_id=app_id, bootstrap_servers=kafka_bootstrap, topic=topic,
+                        strong_productions=False, transaction_retries=2)
+    prepare(config)
+    ensure_topic(kafka_bootstrap, topic, 1, config={"max.message.bytes": "2048"})
+    records = _records(topic, 0)
+    records[7] = records[7]._replace(value=b"x" * 8192)
+    with caplog.at_level(logging.WARNING, logger="sinks.transactions"), \
+            pytest.raises(TransactionFailedError, match="aborted 2 times") as caught:
+        write_partition(config, records, "query-a", 0, 0)
+    assert caught.value.retriable()
+    aborts = [r.getMessage() for r in caplog.records if "aborted transaction" in r.getMessage()]
+    assert aborts and "MSG_SIZE_TOO_LARGE" in aborts[0], aborts
+    assert _ids(kafka_bootstrap, topic) == [], "a failed transaction must not be visible"
+    # The marker did not move either: a later good write of batch 0 is not skipped.
+    good = SinkConfig(app_id=app_id, bootstrap_servers=kafka_bootstrap, topic=f"{app_id}-out",
+                      strong_productions=False)
+    ensure_topic(kafka_bootstrap, good.topic or "", 1)
+    result = write_partition(good, _records(good.topic or "", 0), "query-a", 0, 0)
+    assert (result.produced, result.skipped) == (20, False)
