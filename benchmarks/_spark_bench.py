@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from dedup.local.services import KafkaBroker, RedisServer
 
 
@@ -127,3 +130,33 @@ def run_to_end(writer: Any) -> tuple[float, Any]:
         raise RuntimeError(f"benchmark query {query.name or query.id} failed: "
                            f"{query.exception()}")
     return seconds, query
+
+
+def operator_skeleton(df: Any, id_column: str, num_shards: int, partitions: int) -> Any:
+    """The dedup operator's Spark shape with none of its work: the floor of its design.
+
+    The same shuffle (shard placement), the same narrow pandas UDF over (ID,
+    shard, ID problem code) reading the whole partition, the same result
+    struct, observe-free filter; nothing is decided (every row kept).
+    """
+    from pyspark.sql import functions as sf
+    from pyspark.sql.functions import pandas_udf
+
+    from dedup.metrics import LATE, RESULT_COLUMN, RESULT_FIELDS, STATUS
+    from dedup.partition_step import id_problem_column, result_type
+    from dedup.placement import placement_column
+    from dedup.worker_imports import keep_static_archive_caches
+
+    def nothing_decided(batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
+        keep_static_archive_caches()  # as the operator does
+        for batch in list(batches):
+            rows = len(batch[0])
+            yield pd.DataFrame({name: np.zeros(rows, dtype=np.int8 if name in (STATUS, LATE)
+                                               else np.int32) for name in RESULT_FIELDS})
+
+    decide = pandas_udf(nothing_decided, result_type()).asNondeterministic()  # type: ignore[call-overload]
+    record_id = sf.col(id_column)
+    shard = sf.pmod(sf.xxhash64(record_id), sf.lit(num_shards)).cast("int")
+    return (df.repartition(partitions, placement_column(shard, num_shards, partitions))
+            .withColumn(RESULT_COLUMN, decide(record_id, shard, id_problem_column(record_id)))
+            .filter(sf.col(f"{RESULT_COLUMN}.{STATUS}") == 0).drop(RESULT_COLUMN))

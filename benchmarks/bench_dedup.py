@@ -7,7 +7,10 @@ All three run as streaming queries over the SAME parquet input (>= 2M records,
 query. The dedup run is checked for exactness (kept == distinct IDs) before
 its number counts.
 
-Run: ``.venv/bin/python benchmarks/bench_dedup.py [--records 2000000]``. Writes
+Variant ``skeleton`` is the operator's Spark shape doing no dedup work
+(:func:`benchmarks._spark_bench.operator_skeleton`): the floor of the design.
+
+Run: ``.venv/bin/python -m benchmarks.bench_dedup [--records 2000000]``. Writes
 ``benchmarks/results/dedup_quick.json`` and merges ``dedup_over_dropduplicates_rocksdb``
 and ``dedup_over_passthrough`` into ``summary.json``. Not part of pytest.
 """
@@ -22,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks._spark_bench import operator_skeleton
 from benchmarks.common import merge_summary, run_metadata, write_json
 from dedup import BloomConfig, DedupConfig, Deduplicator, RedisConfig
 from dedup.local.services import RedisServer
@@ -47,10 +51,6 @@ def make_input(spark: Any, path: Path, records: int, files: int, dup_rate: float
     return int(spark.read.parquet(str(path)).select("_record_id").distinct().count())
 
 
-def _identity(batches: Any) -> Any:
-    yield from batches
-
-
 def run_query(spark: Any, variant: str, input_dir: Path, work: Path, redis_url: str,
               files_per_trigger: int, num_shards: int) -> dict[str, Any]:
     source = (spark.readStream.schema(spark.read.parquet(str(input_dir)).schema)
@@ -58,13 +58,9 @@ def run_query(spark: Any, variant: str, input_dir: Path, work: Path, redis_url: 
     dedup: Deduplicator | None = None
     if variant == "passthrough":
         out = source
-    elif variant == "shuffle_arrow":
-        # the operator's Spark skeleton without the dedup work: the floor
-        from pyspark.sql import functions as sf
-
-        out = (source.withColumn("_s", sf.pmod(sf.xxhash64("_record_id"), sf.lit(num_shards)))
-               .repartition(spark.sparkContext.defaultParallelism * 2, "_s").drop("_s")
-               .mapInArrow(_identity, source.schema))
+    elif variant == "skeleton":
+        out = operator_skeleton(source, "_record_id", num_shards,
+                                int(spark.conf.get("spark.sql.shuffle.partitions") or 4))
     elif variant == "dedup":
         config = DedupConfig(f"bench-{uuid.uuid4().hex[:8]}", RedisConfig(redis_url),
                              num_shards=num_shards,
@@ -105,9 +101,12 @@ def main() -> None:
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--num-shards", type=int, default=16)
     parser.add_argument("--variants",
-                        default="passthrough,shuffle_arrow,dedup,dropduplicates_rocksdb")
+                        default="passthrough,skeleton,dedup,dropduplicates_rocksdb")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
     args = parser.parse_args()
+    if args.quick:
+        args.records, args.files, args.repeats = 200_000, 4, 1
 
     work = Path(tempfile.mkdtemp(prefix="bench-dedup-"))
     spark = local_spark_session("bench-dedup", master="local[2]", with_kafka=False,

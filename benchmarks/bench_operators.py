@@ -15,7 +15,10 @@ checkpoint, written to Spark's ``noop`` sink, run with ``availableNow``:
 * ``dropduplicates_within_watermark``: ``withWatermark`` (10 minutes of event
   time) + ``dropDuplicatesWithinWatermark`` (HDFS-backed store).
 
-Each variant first runs once on a small warm-up input (not measured).
+Each variant first runs once on a small warm-up input (not measured); then
+the variants run interleaved, ``--repeats`` times each, and the fastest run
+of each counts (the machine is shared: one slow run would otherwise decide a
+ratio); every run is kept in the JSON.
 Measured: wall time from ``start()`` to the end of ``availableNow``; records/s.
 Writes ``results/operators.json``; ratios to pass-through and dropDuplicates.
 """
@@ -33,6 +36,7 @@ import numpy as np
 from benchmarks._spark_bench import (
     Progress,
     bench_services,
+    operator_skeleton,
     phase_durations,
     ratio,
     run_to_end,
@@ -100,18 +104,9 @@ def build(spark: Any, variant: str, folder: Path, redis_url: str, tag: str,
         cfg = DedupConfig(app_id=f"bench-ops-{tag}", redis=RedisConfig(url=redis_url),
                           num_shards=NUM_SHARDS)
         return deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS)
-    if variant == "shuffle_arrow_identity":
-        # The operator's shape without its work: shuffle by shard, every row through a
-        # Python worker and back (mapInArrow), nothing decided -- isolates Spark's part.
-        from pyspark.sql import functions as sf
-
-        def identity(batches: Any) -> Any:
-            yield from batches
-
-        sharded = df.withColumn("_shard", sf.pmod(sf.xxhash64("_record_id"),
-                                                  sf.lit(NUM_SHARDS)).cast("int"))
-        return (sharded.repartition(SHUFFLE_PARTITIONS, "_shard")
-                .mapInArrow(identity, sharded.schema).drop("_shard"))
+    if variant == "operator_skeleton":
+        # The operator's shape without its work -- isolates Spark's part.
+        return operator_skeleton(df, "_record_id", NUM_SHARDS, SHUFFLE_PARTITIONS)
     if variant == "dropduplicates_within_watermark":
         return (df.withWatermark("event_time", "10 minutes")
                 .dropDuplicatesWithinWatermark(["_record_id"]))
@@ -163,12 +158,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dup-rate", type=float, default=0.05)
     parser.add_argument("--window", type=int, default=200_000)
     parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help="comma-separated; diagnostics: shuffle_arrow_identity")
+                        help="comma-separated; diagnostics: operator_skeleton")
     parser.add_argument("--output", default="operators.json")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="interleaved runs per variant; the fastest counts")
     parser.add_argument("--quick", action="store_true", help="small smoke sizes")
     args = parser.parse_args(argv)
     if args.quick:
-        args.records, args.files, args.window = 200_000, 4, 20_000
+        args.records, args.files, args.window, args.repeats = 200_000, 4, 20_000, 1
     variants = [v for v in args.variants.split(",") if v]
     log = Progress("operators")
     runs: list[dict[str, Any]] = []
@@ -186,19 +183,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for variant in variants:
                 run_variant(spark, variant, warm, services.redis_url, services.workdir, 1)
             log("warm-up done")
-            for variant in variants:
-                run = run_variant(spark, variant, data, services.redis_url, services.workdir,
-                                  args.files_per_trigger)
-                run["records_per_s"] = round(args.records / run["seconds"], 1)
-                expected = args.records if variant == "passthrough" else distinct
-                if "output_rows" in run:
-                    run["output_correct"] = run["output_rows"] == expected
-                runs.append(run)
-                log(f"{variant}: {run['seconds']:.1f} s, {run['records_per_s']:.0f} rec/s")
-                time.sleep(1)
+            for repeat in range(args.repeats):
+                for variant in variants:
+                    run = run_variant(spark, variant, data, services.redis_url,
+                                      services.workdir, args.files_per_trigger)
+                    run["repeat"] = repeat
+                    run["records_per_s"] = round(args.records / run["seconds"], 1)
+                    expected = args.records if variant == "passthrough" else distinct
+                    if "output_rows" in run:
+                        run["output_correct"] = run["output_rows"] == expected
+                    runs.append(run)
+                    log(f"{variant} (run {repeat + 1}): {run['seconds']:.1f} s, "
+                        f"{run['records_per_s']:.0f} rec/s")
+                    time.sleep(1)
         finally:
             spark.stop()
-    rate = {r["variant"]: r["records_per_s"] for r in runs}
+    best: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        if run["records_per_s"] > best.get(run["variant"], {}).get("records_per_s", 0):
+            best[run["variant"]] = run
+    rate = {variant: run["records_per_s"] for variant, run in best.items()}
+    wrong = [r["variant"] for r in runs if r.get("output_correct") is False]
+    if wrong:
+        raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
     if set(VARIANTS) - set(rate):
         diag = {"metadata": run_metadata(), "setup": vars(args), "runs": runs,
                 "records_per_s": rate}
@@ -213,8 +220,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "shuffle_partitions": SHUFFLE_PARTITIONS, "num_shards": NUM_SHARDS,
                   "redis": "redis-server, appendonly yes, appendfsync everysec",
                   "bloom": "defaults (capacity 1M per shard, error rate 0.01)",
-                  "measured": "wall time start() -> end of availableNow, one run per "
-                              "variant after a warm-up run on a small input"},
+                  "repeats": args.repeats,
+                  "measured": "wall time start() -> end of availableNow; fastest of the "
+                              "interleaved runs per variant, after a warm-up run on a small "
+                              "input"},
         "runs": runs,
         "records_per_s": rate,
         "dedup_over_passthrough": ratio(op, rate["passthrough"]),
@@ -222,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "dedup_over_dropduplicates_hdfs": ratio(op, rate["dropduplicates_hdfs"]),
         "dedup_over_dropduplicates_within_watermark": ratio(
             op, rate["dropduplicates_within_watermark"]),
-        "redis_roundtrips_per_shard_batch": next(
+        "redis_roundtrips_per_shard_batch": max(
             r["round_trips_per_shard_batch"] for r in runs if r["variant"] == "dedup_operator"),
     }
     write_json(args.output, result)

@@ -95,7 +95,10 @@ def main() -> None:
     parser.add_argument("--per-trigger", type=int, default=20_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
     args = parser.parse_args()
+    if args.quick:
+        args.records, args.per_trigger, args.rounds = 20_000, 10_000, 1
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-sink-"))
     redis_server = RedisServer(workdir / "redis", appendonly=True, appendfsync="everysec")

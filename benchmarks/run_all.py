@@ -2,8 +2,9 @@
 
 Each benchmark runs in its own Python process (its own services and Spark
 session, stopped on the way out), in this order: Bloom FP cost matrix,
-catalog growth, operator profile, dedup throughput against Spark's
-operators, end to end Kafka to Kafka. Then :mod:`benchmarks.report` writes
+catalog growth, operator profile, the quick dedup throughput check, dedup
+throughput against Spark's operators, the sink alone against Spark's Kafka
+sink, end to end Kafka to Kafka. Then :mod:`benchmarks.report` writes
 the plots, ``results/README.md`` and the ``summary.json`` keys. A failing
 benchmark is reported and the others still run; the exit status is 1 then.
 """
@@ -18,7 +19,8 @@ from typing import Any
 
 from benchmarks.common import run_metadata, write_json
 
-STEPS = ("bench_bloom", "bench_growth", "profile_operator", "bench_operators", "bench_e2e")
+STEPS = ("bench_bloom", "bench_growth", "profile_operator", "bench_dedup", "bench_operators",
+         "bench_sink", "bench_e2e")
 
 
 def main(argv: list[str] | None = None) -> int:
