@@ -23,6 +23,7 @@ HEADLINES = {
     "e2e": ("e2e_eos_over_alo_kafka", "e2e_eos_weak_over_alo_kafka",
             "e2e_eos_over_alo_kafka_double_batch"),
     "growth": ("catalog_bytes_per_id",),
+    "sink": ("eos_sink_over_spark_kafka_sink", "eos_weak_sink_over_spark_kafka_sink"),
 }
 
 
@@ -156,6 +157,9 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         ("bloom_bits_per_id_over_theory", "~1.0", ""),
         ("e2e_eos_over_alo_kafka", ">= 0.5x (goal 0.9x)",
          _bar(figures.get("e2e_eos_over_alo_kafka"), 0.5, 0.9)),
+        ("e2e_eos_weak_over_alo_kafka", "reported (weak productions)", ""),
+        ("eos_sink_over_spark_kafka_sink", "reported (sink alone)", ""),
+        ("eos_weak_sink_over_spark_kafka_sink", "reported (sink alone, weak)", ""),
         ("catalog_bytes_per_id", "reported", ""),
     ]
     for key, bar, status in bars:
@@ -169,11 +173,12 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
                   f"{setup['files']} parquet files, {setup['max_files_per_trigger']} per "
                   "micro-batch), local[2], "
                   f"{setup['shuffle_partitions']} shuffle partitions for all, noop sink.", "",
-                  "| variant | seconds | records/s | output correct | state rows |",
-                  "|---|---|---|---|---|"]
+                  "| variant | run | seconds | records/s | output correct | state rows |",
+                  "|---|---|---|---|---|---|"]
         for r in ops["runs"]:
-            lines.append(f"| {r['variant']} | {r['seconds']} | {r['records_per_s']:,.0f} | "
-                         f"{r.get('output_correct', '-')} | {r.get('state_rows_end', '-')} |")
+            lines.append(f"| {r['variant']} | {r.get('repeat', 0) + 1} | {r['seconds']} | "
+                         f"{r['records_per_s']:,.0f} | {r.get('output_correct', '-')} | "
+                         f"{r.get('state_rows_end', '-')} |")
         diag = load("operators_diag")
         if diag is not None:
             lines += ["", f"Diagnostic re-run ({diag['metadata']['date']}, same input and "
@@ -187,16 +192,34 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         lines += ["", "## End to end, Kafka to Kafka", "",
                   f"{setup['records']:,} input records ({setup['dup_rate']:.0%} re-sent), "
                   f"maxOffsetsPerTrigger {setup['per_trigger']:,}.", "",
-                  "| variant | seconds | records/s | records out | duplicates out |",
-                  "|---|---|---|---|---|"]
+                  "| variant | run | seconds | records/s | records out | duplicates out |",
+                  "|---|---|---|---|---|---|"]
         for r in e2e["runs"]:
-            lines.append(f"| {r['variant']} | {r['seconds']} | {r['records_per_s']:,.0f} | "
-                         f"{r['records_out']:,} | {r['duplicates_out']:,} |")
+            lines.append(f"| {r['variant']} | {r.get('repeat', 0) + 1} | {r['seconds']} | "
+                         f"{r['records_per_s']:,.0f} | {r['records_out']:,} | "
+                         f"{r['duplicates_out']:,} |")
         for r in e2e.get("double_batch_runs", []):
-            lines.append(f"| {r['variant']} ({r['per_trigger']:,} per trigger) | "
+            lines.append(f"| {r['variant']} ({r['per_trigger']:,} per trigger) | 1 | "
                          f"{r['seconds']} | {r['records_per_s']:,.0f} | "
                          f"{r['records_out']:,} | {r['duplicates_out']:,} |")
         lines += ["", "![e2e](e2e.png)"]
+    if "sink" in data:
+        sink = data["sink"]
+        setup = sink["setup"]
+        lines += ["", "## The sink alone against Spark's Kafka sink", "",
+                  f"{setup['records']:,} records, Kafka topic -> Kafka topic, no dedup, "
+                  f"{setup['per_trigger']:,} per trigger; {setup['measured']}: "
+                  + ", ".join(f"{k} {v:,.0f} records/s"
+                              for k, v in sink["median_records_per_s"].items()) + "."]
+    if "dedup_quick" in data:
+        quick = data["dedup_quick"]
+        lines += ["", "## Quick dedup check (`bench_dedup`)", "",
+                  f"{quick['setup']['records']:,} records, {quick['setup']['num_shards']} "
+                  "shards; `skeleton` is the operator's Spark shape deciding nothing (the "
+                  "floor of its design); best of the interleaved runs: "
+                  + ", ".join(f"{k} {v['records_per_s']:,.0f} records/s"
+                              for k, v in quick["results"].items())
+                  + f"; ratios {json.dumps(quick['ratios'])}."]
     if "bloom" in data:
         bloom = data["bloom"]
         lines += ["", "## Bloom false-positive cost", "", f"Level: {bloom['level']}. "
@@ -244,7 +267,8 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
 
 
 def main() -> dict[str, Any]:
-    data = {name: d for name in ("bloom", "operators", "e2e", "growth", "profile_operator")
+    data = {name: d for name in ("bloom", "operators", "e2e", "growth", "profile_operator",
+                                 "sink", "dedup_quick")
             if (d := load(name)) is not None}
     figures = summary_figures(data)
     merge_summary(figures)
