@@ -40,7 +40,9 @@ def run_metadata() -> dict[str, Any]:
                    f"{_mem_gib():.0f} GiB, {platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "pyspark": pyspark.__version__,
-        "confluent_kafka": confluent_kafka.version()[0],
+        # version() is a (str, int) tuple in some releases and a plain str in others
+        "confluent_kafka": getattr(confluent_kafka, "__version__", None)
+                           or str(confluent_kafka.version()[0]),
         "librdkafka": confluent_kafka.libversion()[0],
     }
 
