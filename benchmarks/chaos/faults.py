@@ -26,7 +26,8 @@ FAULT_KINDS: dict[str, str] = {
     "redis_kill_always": "kill -9 and restart of Redis, AOF appendfsync always",
     "redis_kill_everysec": "kill -9 and restart of Redis, AOF appendfsync everysec",
     "kafka_kill": "kill -9 and restart of the Kafka broker",
-    "zombie_producer": "a zombie producer with the sink's transactional id",
+    "zombie_producer": "a zombie producer with the sink's transactional id, back after "
+                       "the retry took over",
     "txn_timeout": "the writing worker SIGSTOPped past transaction.timeout.ms",
     "redis_unreachable": "Redis frozen (SIGSTOP) past the client timeout: must fail closed",
     "dup90_tiny_bloom": "90% duplicate input, undersized Bloom filter, plus a worker kill",
@@ -49,12 +50,22 @@ class FaultOutcome:
 
 
 def wait_fired(fp_dir: Path, name: str, timeout: float, stop: Any = None) -> dict[str, Any] | None:
-    """Wait until fail-point ``name`` fired; its record, or None on timeout / stop."""
+    """Wait until fail-point ``name`` fired; its record, or None on timeout / stop.
+
+    The firing process renames the armed file, then writes its record (context,
+    pid): a poll in between reads the bare spec. Such a record is returned
+    only if it stays bare for 2 s (the firing process died in between).
+    """
     deadline = time.monotonic() + timeout
+    bare_since: float | None = None
     while time.monotonic() < deadline:
         hits = fired(fp_dir, name)
         if hits:
-            return hits[0]
+            if "pid" in hits[0]:
+                return hits[0]
+            bare_since = bare_since or time.monotonic()
+            if time.monotonic() - bare_since > 2.0:
+                return hits[0]
         if stop is not None and stop():
             return None
         time.sleep(0.05)

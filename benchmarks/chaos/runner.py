@@ -198,6 +198,28 @@ class _RecoveryClock:
         return None
 
 
+def _wait_marker(config: Any, partition: int, next_batch: int, timeout: float,
+                 stop: Callable[[], bool]) -> bool:
+    """Wait until the sink's marker of ``partition`` reaches ``next_batch`` (committed)."""
+    consumer = Consumer({"bootstrap.servers": config.bootstrap_servers,
+                         "group.id": config.marker_group(partition),
+                         "isolation.level": "read_committed", "log_level": 0})
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                [tp] = consumer.committed([TopicPartition(config.marker_topic, 0)], timeout=5)
+                if tp.offset >= next_batch:
+                    return True
+            except Exception:  # coordinator loading, pending offsets: try again
+                pass
+            if time.monotonic() > deadline or stop():
+                return False
+            time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
 class Run:
     """State of one run while it executes."""
 
@@ -270,7 +292,7 @@ class Run:
 
     def _txn_timeout(self) -> None:
         hit = self._wait_sync("sink.before_commit")
-        if hit is None:
+        if hit is None or "pid" not in hit:  # no pid: the stopped process is gone
             return
         pid = int(hit["pid"])
         time.sleep(TXN_TIMEOUT_MS / 1000 + 4)  # the coordinator aborts it meanwhile
@@ -324,16 +346,32 @@ class Run:
         self._start_clock()
 
     def _zombie(self) -> None:
+        """An earlier writer of the held partition comes back after the retry took over.
+
+        While one sink task of batch k is held at ``sink.after_checkpoint``, a
+        producer with that partition's transactional id begins a transaction of
+        5 foreign records (its init fences whatever producer the task had).
+        It tries to commit only once the task's own commit of batch k shows in
+        the partition's marker: a sink that fences correctly has fenced it by
+        then (by its redo after the fence, or its new producer's
+        init_transactions), so the commit must be refused; a sink that does
+        not would let 5 phantom records through. (A producer that is not this
+        sink and commits first with its transactional id cannot be told from a
+        legitimate newer writer: that is outside the guarantee, see README.)
+        """
         hit = self._wait_sync("sink.after_checkpoint")
         if hit is None:
             return
         from sinks.config import SinkConfig
 
-        partition = int(hit.get("context", {}).get("partition", 0))
-        txn_id = SinkConfig.from_options({
+        context = hit.get("context", {})
+        partition = int(context.get("partition", 0))
+        batch = int(context.get("batch", self.spec.batch))
+        config = SinkConfig.from_options({
             "app_id": self.app_id, "kafka.bootstrap.servers": self.env.kafka.bootstrap_servers,
             "topic": self.topic, "strong_productions": "false",
-        }).transactional_id(partition)
+        })
+        txn_id = config.transactional_id(partition)
         zombie = Producer({"bootstrap.servers": self.env.kafka.bootstrap_servers,
                            "transactional.id": txn_id, "log_level": 0})
         zombie.init_transactions(30)
@@ -341,18 +379,22 @@ class Run:
         for i in range(5):
             zombie.produce(self.topic, value=b"zombie", headers=[(RECORD_ID_HEADER, f"z{i}")])
         zombie.flush(30)
-        self.fault.detail = f"zombie producer {txn_id} began a transaction of 5 records"
+        self.fault.detail = (f"zombie producer {txn_id} began a transaction of 5 records; "
+                             f"it commits after the task's commit of batch {batch}")
         self._start_clock()
+        took_over = _wait_marker(config, partition, batch + 1, timeout=120,
+                                 stop=self.finished.is_set)
+        self.fault.evidence["task_committed_before_zombie"] = took_over
         try:
             zombie.commit_transaction(30)
             self.fault.evidence["zombie_commit"] = "succeeded"
         except Exception as exc:  # the expected outcome: it was fenced
             self.fault.evidence["zombie_commit"] = f"refused: {exc}"
-            self.fault.confirmed = True
+            self.fault.confirmed = took_over
 
     def _executor_kill(self) -> None:
         hit = self._wait_sync("dedup.after_claim")
-        if hit is None:
+        if hit is None or "pid" not in hit:  # no pid: the firing process is gone
             return
         executor = ancestor_with(int(hit["pid"]), "CoarseGrainedExecutorBackend")
         if executor is not None and process_alive(executor):
