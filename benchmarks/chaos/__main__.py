@@ -13,7 +13,7 @@ from pathlib import Path
 
 from benchmarks.chaos.faults import FAULT_KINDS
 from benchmarks.chaos.report import figures, summary_figures, write
-from benchmarks.chaos.runner import ChaosEnv, RunResult, run_one, schedule
+from benchmarks.chaos.runner import ChaosEnv, RunResult, RunSpec, run_one, schedule
 from benchmarks.common import RESULTS_DIR, merge_summary, run_metadata
 
 
@@ -28,23 +28,39 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not merge the totals into summary.json")
     parser.add_argument("--max-minutes", type=float, default=0,
                         help="stop scheduling new runs after this long (0: no limit)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the finished runs of an interrupted matrix with the same "
+                             "seed and name (results/<name>.progress.jsonl) and do the rest")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:
         parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
     specs = schedule(args.runs, args.seed, kinds)
+    # One line per finished run, so that a matrix of two hours survives the
+    # loss of its own process: --resume reads them back instead of rerunning.
+    progress = RESULTS_DIR / f"{args.name}.progress.jsonl"
+    results = _finished_runs(progress, specs) if args.resume else []
+    done = {r.spec.index for r in results}
+    if results:
+        print(f"resuming: {len(results)} runs already done in {progress}", flush=True)
+    else:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        progress.write_text("")
     workdir = Path(tempfile.mkdtemp(prefix="dedup-chaos-"))
     env = ChaosEnv(workdir).start()
-    results: list[RunResult] = []
     started = time.monotonic()
     try:
         for spec in specs:
+            if spec.index in done:
+                continue
             if args.max_minutes and time.monotonic() - started > args.max_minutes * 60:
                 print(f"time limit reached after {len(results)} runs", flush=True)
                 break
             result = run_one(env, spec)
             results.append(result)
+            with progress.open("a") as handle:
+                handle.write(json.dumps(result.as_dict(), default=str) + "\n")
             report = result.report
             print(f"run {spec.index + 1}/{len(specs)} {spec.kind:<20} "
                   f"hit={result.fault.confirmed!s:<5} lost={report.get('lost', '?')} "
@@ -55,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         env.stop()
     metadata = {**run_metadata(), "kafka": _kafka_version(), "redis": _redis_version()}
     data = figures(results, args.seed, metadata)
+    results.sort(key=lambda r: r.spec.index)
     data["runs_detail"] = [r.as_dict() for r in results]
     json_path, md_path = write(data, RESULTS_DIR, args.name)
     if not args.no_summary:
@@ -65,6 +82,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {json_path} and {md_path}")
     ok = not (data["losses"] or data["duplicates"] or data["phantoms"] or data["failed_runs"])
     return 0 if ok else 1
+
+
+def _finished_runs(progress: Path, specs: list[RunSpec]) -> list[RunResult]:
+    """Runs recorded in ``progress`` that belong to this schedule (same seed and kinds)."""
+    if not progress.exists():
+        return []
+    scheduled = {spec.index: spec for spec in specs}
+    finished = []
+    for line in progress.read_text().splitlines():
+        if not line.strip():
+            continue
+        result = RunResult.from_dict(json.loads(line))
+        if scheduled.get(result.spec.index) != result.spec:
+            raise SystemExit(f"{progress} holds a run of another schedule (run "
+                             f"{result.spec.index}); rerun without --resume to start over")
+        finished.append(result)
+    return finished
 
 
 def _kafka_version() -> str:

@@ -77,6 +77,14 @@ class RunResult:
         data["fault"] = asdict(self.fault)
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        """The inverse of :meth:`as_dict` (a resumed matrix reads its finished runs back)."""
+        fields = dict(data)
+        fields["spec"] = RunSpec(**fields["spec"])
+        fields["fault"] = FaultOutcome(**fields["fault"])
+        return cls(**fields)
+
 
 def schedule(runs: int, seed: int, kinds: list[str] | None = None) -> list[RunSpec]:
     """``runs`` specs cycling through ``kinds`` (so each is hit), seeded batches and points."""

@@ -1,0 +1,39 @@
+"""A chaos matrix interrupted half way resumes from its progress file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.chaos.__main__ import _finished_runs
+from benchmarks.chaos.faults import FaultOutcome
+from benchmarks.chaos.runner import RunResult, schedule
+
+
+def _result(spec_index: int, seed: int = 7) -> RunResult:
+    spec = schedule(4, seed)[spec_index]
+    return RunResult(spec=spec, fault=FaultOutcome(kind=spec.kind, confirmed=True,
+                                                   evidence={"pid": 12}),
+                     report={"lost": 0, "duplicated": 0, "ok": True}, restarts=1,
+                     recovery_s=2.5, duration_s=30.0)
+
+
+def test_run_result_round_trips_through_json() -> None:
+    original = _result(1)
+    assert RunResult.from_dict(json.loads(json.dumps(original.as_dict()))) == original
+
+
+def test_finished_runs_are_read_back(tmp_path: Path) -> None:
+    progress = tmp_path / "chaos.progress.jsonl"
+    progress.write_text("".join(json.dumps(_result(i).as_dict()) + "\n" for i in (0, 2)))
+    finished = _finished_runs(progress, schedule(4, 7))
+    assert [r.spec.index for r in finished] == [0, 2]
+
+
+def test_runs_of_another_schedule_are_refused(tmp_path: Path) -> None:
+    progress = tmp_path / "chaos.progress.jsonl"
+    progress.write_text(json.dumps(_result(0, seed=8).as_dict()) + "\n")
+    with pytest.raises(SystemExit, match="another schedule"):
+        _finished_runs(progress, schedule(4, 7))
