@@ -260,6 +260,10 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
                   f"{prof['level']}: {prof['us_per_row']} us/row "
                   f"({prof['rows_per_s_one_core']:,.0f} rows/s on one core); share of time: "
                   f"{json.dumps(prof['share_of_profiled_time'])}."]
+    chaos = RESULTS_DIR / "chaos.md"
+    if chaos.exists():
+        lines += ["", "## Chaos matrix (`python -m benchmarks.chaos`)", "",
+                  chaos.read_text().strip()]
     notes = RESULTS_DIR / "NOTES.md"
     if notes.exists():
         lines += ["", notes.read_text().strip()]
