@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="keep the finished runs of an interrupted matrix with the same "
                              "seed and name (results/<name>.progress.jsonl) and do the rest")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: write the figures of the runs recorded in the "
+                             "progress file (an interrupted matrix, reported as such)")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(kinds) - set(FAULT_KINDS)
@@ -40,13 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     # One line per finished run, so that a matrix of two hours survives the
     # loss of its own process: --resume reads them back instead of rerunning.
     progress = RESULTS_DIR / f"{args.name}.progress.jsonl"
-    results = _finished_runs(progress, specs) if args.resume else []
+    results = _finished_runs(progress, specs) if args.resume or args.report_only else []
     done = {r.spec.index for r in results}
     if results:
-        print(f"resuming: {len(results)} runs already done in {progress}", flush=True)
-    else:
+        print(f"{len(results)} runs already done in {progress}", flush=True)
+    elif not args.report_only:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         progress.write_text("")
+    if args.report_only:
+        return _report(results, args, scheduled=len(specs))
     workdir = Path(tempfile.mkdtemp(prefix="dedup-chaos-"))
     env = ChaosEnv(workdir).start()
     started = time.monotonic()
@@ -69,14 +74,19 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result.error[:80]}", flush=True)
     finally:
         env.stop()
-    metadata = {**run_metadata(), "kafka": _kafka_version(), "redis": _redis_version()}
+    shutil.rmtree(workdir, ignore_errors=True)
+    return _report(results, args, scheduled=len(specs))
+
+
+def _report(results: list[RunResult], args: argparse.Namespace, scheduled: int) -> int:
+    metadata = {**run_metadata(), "kafka": _kafka_version(), "redis": _redis_version(),
+                "runs_scheduled": scheduled}
     data = figures(results, args.seed, metadata)
     results.sort(key=lambda r: r.spec.index)
     data["runs_detail"] = [r.as_dict() for r in results]
     json_path, md_path = write(data, RESULTS_DIR, args.name)
     if not args.no_summary:
         merge_summary(summary_figures(data))
-    shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps({k: data[k] for k in ("runs", "fault_kinds_hit", "losses", "duplicates",
                                            "phantoms", "failed_runs")}))
     print(f"wrote {json_path} and {md_path}")

@@ -65,10 +65,13 @@ def figures(results: list[RunResult], seed: int, metadata: dict[str, Any]) -> di
 
 def markdown(data: dict[str, Any]) -> str:
     """The figures as a markdown table (embedded in the README)."""
+    scheduled = data.get("runs_scheduled", data["runs"])
+    interrupted = (f" (interrupted: {data['runs']} of {scheduled} scheduled runs done)"
+                   if scheduled > data["runs"] else "")
     lines = [
-        f"Chaos matrix of {data['date']} on {data['machine']}: {data['runs']} runs, seed "
-        f"{data['seed']}, {data['records_checked']} records checked; Spark "
-        f"{data['pyspark']}, Kafka broker {data.get('kafka', '?')}, confluent-kafka "
+        f"Chaos matrix of {data['date']} on {data['machine']}{interrupted}: "
+        f"{data['runs']} runs, seed {data['seed']}, {data['records_checked']} records "
+        f"checked; Spark {data['pyspark']}, Kafka broker {data.get('kafka', '?')}, confluent-kafka "
         f"{data['confluent_kafka']} (librdkafka {data['librdkafka']}), Redis "
         f"{data.get('redis', '?')} with {data['redis_persistence']}.",
         "",

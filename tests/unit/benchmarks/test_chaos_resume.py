@@ -37,3 +37,14 @@ def test_runs_of_another_schedule_are_refused(tmp_path: Path) -> None:
     progress.write_text(json.dumps(_result(0, seed=8).as_dict()) + "\n")
     with pytest.raises(SystemExit, match="another schedule"):
         _finished_runs(progress, schedule(4, 7))
+
+
+def test_an_interrupted_matrix_says_so_in_its_table() -> None:
+    from benchmarks.chaos.report import figures, markdown
+
+    metadata = {"date": "d", "machine": "m", "pyspark": "4", "confluent_kafka": "2",
+                "librdkafka": "2", "runs_scheduled": 4}
+    data = figures([_result(0), _result(1)], 7, metadata)
+    assert "interrupted: 2 of 4 scheduled runs done" in markdown(data)
+    data = figures([_result(i) for i in range(4)], 7, metadata)
+    assert "interrupted" not in markdown(data)
