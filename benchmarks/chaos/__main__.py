@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: write the figures of the runs recorded in the "
                              "progress file (an interrupted matrix, reported as such)")
+    parser.add_argument("--only-runs", default="",
+                        help="START:END: do only the scheduled runs with START <= index < END "
+                             "(to split one matrix over processes; merge the progress files "
+                             "and --report-only)")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(kinds) - set(FAULT_KINDS)
@@ -52,12 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         progress.write_text("")
     if args.report_only:
         return _report(results, args, scheduled=len(specs))
+    first, _, last = args.only_runs.partition(":")
+    wanted = range(int(first or 0), int(last or len(specs)))
     workdir = Path(tempfile.mkdtemp(prefix="dedup-chaos-"))
     env = ChaosEnv(workdir).start()
     started = time.monotonic()
     try:
         for spec in specs:
-            if spec.index in done:
+            if spec.index in done or spec.index not in wanted:
                 continue
             if args.max_minutes and time.monotonic() - started > args.max_minutes * 60:
                 print(f"time limit reached after {len(results)} runs", flush=True)

@@ -14,6 +14,8 @@ from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
 from dedup.exceptions import ConfigError
 from dedup.local.paths import cache_dir
 
+EXIT_INCOMPLETE = 3
+"""Exit status of a finite run stopped (``max_seconds``) before its source's end."""
 
 def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
@@ -94,6 +96,13 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
     progress.always(f"dedup run {pipeline.app_id}: {watcher.batches} batches, "
                     f"{watcher.rows} records in{dropped}, {elapsed:.1f} s, "
                     f"{rate:,.0f} records/s")
+    src = pipeline.table("source")
+    if src["type"] == "synthetic" and src["total_rows"] > 0 and not _source_done(pipeline,
+                                                                                 watcher):
+        progress.always(f"dedup run {pipeline.app_id}: stopped at max_seconds before the "
+                        f"source's last row ({src['total_rows']}); run the same command "
+                        f"again to resume from the checkpoint {checkpoint}")
+        return EXIT_INCOMPLETE
     if args.verify:
         return _verify(pipeline, addresses, progress)
     return 0
@@ -116,9 +125,11 @@ def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint
     def done() -> bool:
         if _source_done(pipeline, watcher):
             return True
-        # A finite source ends by itself; idleness only ends the other runs
-        # (a first batch slowed by a busy machine must not cut a run short).
-        if finite and watcher.batches == 0 and watcher.last_progress is None:
+        # A finite source ends by itself (or at max_seconds); idleness only
+        # ends the other runs. Seen in the chaos matrix on a loaded machine: a
+        # batch stalled while Spark replaced a killed executor looked idle, and
+        # the run stopped half way yet exited 0 as if the source were done.
+        if finite:
             return False
         return idle > 0 and time.monotonic() - watcher.idle_since > idle
 

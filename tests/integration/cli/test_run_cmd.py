@@ -12,10 +12,41 @@ import pytest
 
 from dedup.cli.config_file import example_path
 from dedup.cli.main import main
+from dedup.cli.run import EXIT_INCOMPLETE
 from tests.integration.cli.jars import jar_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis, pytest.mark.slow]
+
+
+def _example_config(app_id: str, tmp_path: Path) -> Path:
+    text = example_path().read_text()
+    text = re.sub(r'^app_id = "[^"]*"', f'app_id = "{app_id}"', text, flags=re.MULTILINE)
+    text = re.sub(r'^topic = "[^"]*"', f'topic = "{app_id}-out"', text, flags=re.MULTILINE)
+    assert app_id in text and f"{app_id}-out" in text
+    config = tmp_path / "pipeline.toml"
+    config.write_text(text)
+    return config
+
+
+def test_a_finite_run_cut_short_says_so_and_resumes(redis_url: str, kafka_bootstrap: str,
+                                                    app_id: str, tmp_path: Path) -> None:
+    # A finite source must not be reported finished when max_seconds stopped it
+    # (nor, before the fix, when a slow batch looked idle): exit 3, then the
+    # same command resumes from the checkpoint and the output is exact.
+    config = _example_config(app_id, tmp_path)
+    dedup = Path(sys.executable).with_name("dedup")
+    env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
+    argv = [str(dedup), "run", str(config), "--redis-url", redis_url, "--bootstrap",
+            kafka_bootstrap, "--quiet"]
+    cut = subprocess.run([*argv, "--max-seconds", "0.5"], capture_output=True, text=True,
+                         timeout=400, env=env, check=False)
+    assert cut.returncode == EXIT_INCOMPLETE, f"{cut.stdout}\n{cut.stderr}"
+    assert "stopped at max_seconds before the source's last row (10000)" in cut.stdout
+    full = subprocess.run([*argv, "--verify"], capture_output=True, text=True, timeout=400,
+                          env=env, check=False)
+    assert full.returncode == 0, f"{full.stdout}\n{full.stderr}"
+    assert "lost 0, duplicated 0, phantoms 0, mismatched 0, open transactions 0" in full.stdout
 
 
 def test_example_pipeline_runs_exactly_once(redis_url: str, kafka_bootstrap: str, app_id: str,
