@@ -10,6 +10,7 @@ listener also releases the app-id lease when the query terminates.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -21,39 +22,70 @@ log = logging.getLogger(__name__)
 
 
 class DecisionGcListener(StreamingQueryListener):
-    """Deletes committed decisions of queries that run the operator named ``metric_name``.
+    """Deletes committed decisions of every dedup app id of one SparkSession.
 
-    A failure is logged, never raised: a missed collection only leaves
-    garbage that the next progress event removes.
+    One listener per session, whatever the number of app ids: Spark calls a
+    Python listener through py4j for every progress event of every query, so
+    one listener per app id made each event cost one round trip per app id
+    ever started in the session (150 in the chaos matrix, enough to leave the
+    listener bus minutes behind and make ``SparkSession.stop()`` wait for it).
+    A failure is logged, never raised: a missed collection only leaves garbage
+    that the next progress event removes.
     """
 
-    def __init__(self, catalog: RedisCatalog, metric_name: str) -> None:
-        self.catalog = catalog
-        self.metric_name = metric_name
-        self.queries: set[str] = set()
+    def __init__(self) -> None:
+        self._catalogs: dict[str, RedisCatalog] = {}
+        self._lock = threading.Lock()
+        # query id -> metric names seen in its progress, to know whose lease
+        # a terminated query held.
+        self._owners: dict[str, set[str]] = {}
         self.collected = 0
+
+    def watch(self, metric_name: str, catalog: RedisCatalog) -> None:
+        """Collect for queries whose progress carries ``metric_name``. Safe to repeat."""
+        with self._lock:
+            self._catalogs[metric_name] = catalog  # the newest config of an app id wins
+
+    @property
+    def watched(self) -> list[str]:
+        """Metric names (one per app id) this listener collects for."""
+        with self._lock:
+            return sorted(self._catalogs)
 
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
-        if self.metric_name not in (progress.observedMetrics or {}):
+        observed = progress.observedMetrics or {}
+        with self._lock:
+            mine = [(name, catalog) for name, catalog in self._catalogs.items()
+                    if name in observed]
+        if not mine:
             return
         query_id = str(progress.id)
-        self.queries.add(query_id)
-        try:
-            self.collected += self.catalog.collect_garbage(query_id, int(progress.batchId))
-        except DedupError as exc:
-            log.warning("dedup decision GC for query %s failed: %s", query_id, exc)
+        with self._lock:
+            self._owners.setdefault(query_id, set()).update(name for name, _ in mine)
+        for _, catalog in mine:
+            try:
+                self.collected += catalog.collect_garbage(query_id, int(progress.batchId))
+            except DedupError as exc:
+                log.warning("dedup decision GC for query %s failed: %s", query_id, exc)
 
     def onQueryIdle(self, event: Any) -> None:
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
         query_id = str(event.id)
-        try:  # harmless for other queries: only shards owned by query_id change
-            self.catalog.release(query_id)
-        except DedupError as exc:
-            log.warning("releasing the dedup app id lease of query %s failed: %s",
-                        query_id, exc)
+        with self._lock:
+            names = self._owners.pop(query_id, None)
+            # A query that died before its first progress event may still hold
+            # a lease: release it in every catalog (harmless elsewhere, only
+            # shards owned by query_id change).
+            targets = [c for n, c in self._catalogs.items() if names is None or n in names]
+        for catalog in targets:
+            try:
+                catalog.release(query_id)
+            except DedupError as exc:
+                log.warning("releasing the dedup app id lease of query %s failed: %s",
+                            query_id, exc)

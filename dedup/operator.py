@@ -14,6 +14,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from dedup.catalog import RedisCatalog
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-_LISTENERS: dict[tuple[int, str], Any] = {}
+# SparkSession -> its one DecisionGcListener (weak: a stopped session's entry goes with it)
+_LISTENERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _LISTENERS_LOCK = threading.Lock()
 
 
@@ -139,12 +141,13 @@ class Deduplicator:
     def _install_listener(self, spark: SparkSession) -> None:
         from dedup.gc import DecisionGcListener
 
-        key = (id(spark), self.config.app_id)
         with _LISTENERS_LOCK:
-            if key not in _LISTENERS:
-                listener = DecisionGcListener(self.catalog, self.metric_name)
+            listener = _LISTENERS.get(spark)
+            if listener is None:
+                listener = DecisionGcListener()
                 spark.streams.addListener(listener)
-                _LISTENERS[key] = listener
+                _LISTENERS[spark] = listener
+        listener.watch(self.metric_name, self.catalog)
 
     def metrics(self, query: StreamingQuery | None = None,
                 with_catalog_size: bool = False) -> DedupMetrics | None:

@@ -193,3 +193,33 @@ def test_redis_restart_with_aof(spark: Any, app_id: str, tmp_path: Path) -> None
         assert_exact(collector.rows(), reference(batches))
     finally:
         server.stop()
+
+
+def _decision_batches(client: Any, app: str) -> set[int]:
+    return {int(str(f).rsplit(":", 1)[1]) for s in range(6)
+            for f in client.hkeys(decisions_key(app, s))}
+
+
+def test_one_gc_listener_per_session_serves_every_app_id(spark: Any, redis_url: str,
+                                                         app_id: str, tmp_path: Path) -> None:
+    # One Python listener per app id made every progress event of every query
+    # cost a py4j round trip per app id ever started in the session.
+    def listeners() -> int:
+        return len(spark._jsparkSession.streams().listListeners())
+
+    before = listeners()
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    apps = [f"{app_id}-a", f"{app_id}-b", f"{app_id}-c"]
+    for n, app in enumerate(apps):
+        batches = make_batches(10 + n, 3, 100, 300)
+        src = tmp_path / app / "in"
+        write_batches(src, batches)
+        collector = BatchCollector()
+        run_stream(spark, Deduplicator(config(app, redis_url)), src,
+                   str(tmp_path / app / "ck"), collector)
+        assert_exact(collector.rows(), reference(batches))
+    assert listeners() <= max(before, 1), (before, listeners())
+    deadline = time.monotonic() + 20
+    while any(_decision_batches(client, app) - {2} for app in apps):
+        assert time.monotonic() < deadline, {a: _decision_batches(client, a) for a in apps}
+        time.sleep(0.5)

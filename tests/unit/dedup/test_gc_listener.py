@@ -1,0 +1,73 @@
+"""The session's one GC listener dispatches by app id, without Spark or Redis."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dedup.exceptions import CatalogUnavailableError
+from dedup.gc import DecisionGcListener
+
+
+class FakeCatalog:
+    def __init__(self, fail: bool = False) -> None:
+        self.collected: list[tuple[str, int]] = []
+        self.released: list[str] = []
+        self.fail = fail
+
+    def collect_garbage(self, query_id: str, batch_id: int) -> int:
+        if self.fail:
+            raise CatalogUnavailableError("redis down")
+        self.collected.append((query_id, batch_id))
+        return 1
+
+    def release(self, query_id: str) -> None:
+        self.released.append(query_id)
+
+
+def progress(query_id: str, batch_id: int, *names: str) -> Any:
+    return SimpleNamespace(progress=SimpleNamespace(
+        id=query_id, batchId=batch_id, observedMetrics={n: object() for n in names}))
+
+
+def listener_with(**catalogs: FakeCatalog) -> DecisionGcListener:
+    listener = DecisionGcListener()
+    for name, catalog in catalogs.items():
+        listener.watch(name, catalog)  # type: ignore[arg-type]
+    return listener
+
+
+def test_progress_collects_only_for_the_app_ids_it_carries() -> None:
+    a, b = FakeCatalog(), FakeCatalog()
+    listener = listener_with(dedup_a=a, dedup_b=b)
+    listener.onQueryProgress(progress("q1", 4, "dedup_a", "other"))
+    listener.onQueryProgress(progress("q2", 1, "unrelated"))
+    assert a.collected == [("q1", 4)] and b.collected == []
+    assert listener.collected == 1 and listener.watched == ["dedup_a", "dedup_b"]
+
+
+def test_termination_releases_the_lease_where_the_query_ran() -> None:
+    a, b = FakeCatalog(), FakeCatalog()
+    listener = listener_with(dedup_a=a, dedup_b=b)
+    listener.onQueryProgress(progress("q1", 0, "dedup_a"))
+    listener.onQueryTerminated(SimpleNamespace(id="q1"))
+    assert a.released == ["q1"] and b.released == []
+    # A query that died before any progress: its app is unknown, release everywhere.
+    listener.onQueryTerminated(SimpleNamespace(id="q9"))
+    assert a.released == ["q1", "q9"] and b.released == ["q9"]
+
+
+def test_a_failed_collection_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    listener = listener_with(dedup_a=FakeCatalog(fail=True))
+    listener.onQueryProgress(progress("q1", 3, "dedup_a"))
+    assert "GC for query q1 failed" in caplog.text
+
+
+def test_watching_twice_keeps_one_entry_the_newest() -> None:
+    old, new = FakeCatalog(), FakeCatalog()
+    listener = listener_with(dedup_a=old)
+    listener.watch("dedup_a", new)  # type: ignore[arg-type]
+    listener.onQueryProgress(progress("q1", 2, "dedup_a"))
+    assert listener.watched == ["dedup_a"] and new.collected == [("q1", 2)] and not old.collected
