@@ -58,14 +58,12 @@ class DecisionGcListener(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
         observed = progress.observedMetrics or {}
+        query_id = str(progress.id)
         with self._lock:
             mine = [(name, catalog) for name, catalog in self._catalogs.items()
                     if name in observed]
-        if not mine:
-            return
-        query_id = str(progress.id)
-        with self._lock:
-            self._owners.setdefault(query_id, set()).update(name for name, _ in mine)
+            if mine:
+                self._owners.setdefault(query_id, set()).update(name for name, _ in mine)
         for _, catalog in mine:
             try:
                 self.collected += catalog.collect_garbage(query_id, int(progress.batchId))

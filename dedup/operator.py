@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-# SparkSession -> its one DecisionGcListener (weak: a stopped session's entry goes with it)
+# SparkSession -> its one DecisionGcListener (weak: keeps no session alive)
 _LISTENERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _LISTENERS_LOCK = threading.Lock()
 

@@ -19,7 +19,7 @@ def test_readme_has_a_python_example() -> None:
 
 @pytest.mark.parametrize("source", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_example_parses_and_its_names_exist(source: str) -> None:
-    tree = ast.parse(source)  # a SyntaxError fails the test with README's line
+    tree = ast.parse(source)  # a SyntaxError fails the test, with the block's line
     modules: dict[str, object] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -46,6 +46,12 @@ def config(app_id: str, redis_url: str, **kw: Any) -> DedupConfig:
     return DedupConfig(app_id, RedisConfig(redis_url), num_shards=kw.pop("num_shards", 6), **kw)
 
 
+
+def _decision_batches(client: Any, app: str) -> set[int]:
+    """Batch ids of the decisions still recorded for ``app`` (6 shards)."""
+    return {int(str(f).rsplit(":", 1)[1]) for s in range(6)
+            for f in client.hkeys(decisions_key(app, s))}
+
 def test_batch_dataframe_dups_within_batch_and_replay(spark: Any, redis_url: str,
                                                       app_id: str) -> None:
     data = make_batches(1, 1, 400, 150)[0]
@@ -90,8 +96,7 @@ def test_streaming_across_batches_and_restarts(spark: Any, redis_url: str, app_i
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     deadline = time.monotonic() + 20
     while True:
-        left = {int(str(f).rsplit(":", 1)[1]) for s in range(6)
-                for f in client.hkeys(decisions_key(app_id, s))}
+        left = _decision_batches(client, app_id)
         if left <= {5} or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -194,10 +199,6 @@ def test_redis_restart_with_aof(spark: Any, app_id: str, tmp_path: Path) -> None
     finally:
         server.stop()
 
-
-def _decision_batches(client: Any, app: str) -> set[int]:
-    return {int(str(f).rsplit(":", 1)[1]) for s in range(6)
-            for f in client.hkeys(decisions_key(app, s))}
 
 
 def test_one_gc_listener_per_session_serves_every_app_id(spark: Any, redis_url: str,

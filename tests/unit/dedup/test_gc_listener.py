@@ -11,7 +11,7 @@ from dedup.exceptions import CatalogUnavailableError
 from dedup.gc import DecisionGcListener
 
 
-class FakeCatalog:
+class RecordingCatalog:
     def __init__(self, fail: bool = False) -> None:
         self.collected: list[tuple[str, int]] = []
         self.released: list[str] = []
@@ -32,7 +32,7 @@ def progress(query_id: str, batch_id: int, *names: str) -> Any:
         id=query_id, batchId=batch_id, observedMetrics={n: object() for n in names}))
 
 
-def listener_with(**catalogs: FakeCatalog) -> DecisionGcListener:
+def listener_with(**catalogs: RecordingCatalog) -> DecisionGcListener:
     listener = DecisionGcListener()
     for name, catalog in catalogs.items():
         listener.watch(name, catalog)  # type: ignore[arg-type]
@@ -40,7 +40,7 @@ def listener_with(**catalogs: FakeCatalog) -> DecisionGcListener:
 
 
 def test_progress_collects_only_for_the_app_ids_it_carries() -> None:
-    a, b = FakeCatalog(), FakeCatalog()
+    a, b = RecordingCatalog(), RecordingCatalog()
     listener = listener_with(dedup_a=a, dedup_b=b)
     listener.onQueryProgress(progress("q1", 4, "dedup_a", "other"))
     listener.onQueryProgress(progress("q2", 1, "unrelated"))
@@ -49,7 +49,7 @@ def test_progress_collects_only_for_the_app_ids_it_carries() -> None:
 
 
 def test_termination_releases_the_lease_where_the_query_ran() -> None:
-    a, b = FakeCatalog(), FakeCatalog()
+    a, b = RecordingCatalog(), RecordingCatalog()
     listener = listener_with(dedup_a=a, dedup_b=b)
     listener.onQueryProgress(progress("q1", 0, "dedup_a"))
     listener.onQueryTerminated(SimpleNamespace(id="q1"))
@@ -60,13 +60,13 @@ def test_termination_releases_the_lease_where_the_query_ran() -> None:
 
 
 def test_a_failed_collection_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
-    listener = listener_with(dedup_a=FakeCatalog(fail=True))
+    listener = listener_with(dedup_a=RecordingCatalog(fail=True))
     listener.onQueryProgress(progress("q1", 3, "dedup_a"))
     assert "GC for query q1 failed" in caplog.text
 
 
 def test_watching_twice_keeps_one_entry_the_newest() -> None:
-    old, new = FakeCatalog(), FakeCatalog()
+    old, new = RecordingCatalog(), RecordingCatalog()
     listener = listener_with(dedup_a=old)
     listener.watch("dedup_a", new)  # type: ignore[arg-type]
     listener.onQueryProgress(progress("q1", 2, "dedup_a"))
