@@ -3,11 +3,13 @@
 Every key one Lua call touches shares the hash tag ``{<app>:s<shard>}``, so a
 call stays within one Redis Cluster slot:
 
-``dedup:{app:s3}:state``      hash: epoch, version, n (shards), owner, seen
+``dedup:{app:s3}:state``      hash: epoch, version, tok, n (shards), owner, seen
 ``dedup:{app:s3}:dec``        hash: ``<query id>:<batch>`` -> ``<version>|<kept ids>``
-``dedup:{app:s3}:jr``         hash: version -> IDs newly claimed at that version
+``dedup:{app:s3}:jr``         hash: version -> IDs newly claimed at that version,
+                              ``t<version>`` -> the random token of that version
 ``dedup:{app:s3}:ids:<b>``    SET of IDs claimed in time bucket ``b`` (expires)
-``dedup:{app}:meta``          hash: num_shards recorded on first use
+``dedup:{app}:meta``          hash: the layout settings recorded on first use
+                              (:data:`LAYOUT_SETTINGS`)
 
 Clients are created lazily, one per worker process and URL, and the scripts
 are registered once per client (redis-py reloads them on NOSCRIPT).
@@ -62,9 +64,20 @@ def meta_key(app_id: str) -> str:
 
 
 def live_buckets(config: DedupConfig, now: float) -> list[int]:
-    """Bucket numbers a lookup at ``now`` checks, the current one first."""
+    """Bucket numbers that hold the IDs remembered at ``now``, the current one first."""
     current = int(now) // config.retention.bucket_seconds
     return [current - i for i in range(config.retention.live_buckets)]
+
+
+def lookup_buckets(config: DedupConfig, now: float) -> list[int]:
+    """Buckets a claim at ``now`` checks: the current one, the next one, then older ones.
+
+    The next bucket is there for a clock that went back across a bucket
+    boundary (a driver restarted on another machine, an NTP step): an ID
+    written into bucket ``k + 1`` must still be found from bucket ``k``.
+    """
+    live = live_buckets(config, now)
+    return [live[0], live[0] + 1, *live[1:]]
 
 
 def _script(name: str) -> str:
@@ -133,6 +146,7 @@ class ClaimReply:
     mode: str
     lookups: int
     replay_kept: list[str] = field(default_factory=list)
+    token: str = ""
 
     @classmethod
     def replayed(cls, kept: list[str]) -> ClaimReply:
@@ -142,11 +156,12 @@ class ClaimReply:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Every live ID of a shard at ``(epoch, version)``."""
+    """Every live ID of a shard at ``(epoch, version, token)``."""
 
     epoch: str
     version: int
     ids: list[str]
+    token: str = ""
 
 
 def _split(blob: bytes | str) -> list[str]:
@@ -188,12 +203,16 @@ class RedisCatalog:
             )
         return status
 
-    def claim(self, shard: int, decision: str, tag: tuple[str, int] | None,
+    def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[str], positives: list[str], lease_owner: str,
               now: float) -> ClaimReply:
-        """The atomic, idempotent claim of one (query, batch, shard); see ``claim.lua``."""
+        """The atomic, idempotent claim of one (query, batch, shard); see ``claim.lua``.
+
+        ``tag`` is the ``(epoch, version, token)`` of the caller's Bloom filter;
+        ``now`` the batch's timestamp (the same for every attempt of the batch).
+        """
         app, cfg = self.config.app_id, self.config
-        buckets = live_buckets(cfg, now)
+        buckets = lookup_buckets(cfg, now)
         keys = [state_key(app, shard), decisions_key(app, shard), journal_key(app, shard)]
         keys += [bucket_key(app, shard, b) for b in buckets]
         expire_at = (buckets[0] + 1) * cfg.retention.bucket_seconds + cfg.retention.horizon_seconds
@@ -201,7 +220,7 @@ class RedisCatalog:
             decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
             cfg.lease_seconds, cfg.journal_versions, uuid.uuid4().hex,
-            "\n".join(negatives), "\n".join(positives),
+            "\n".join(negatives), "\n".join(positives), tag[2] if tag else "",
         ]
         reply = self._run("claim", keys, args, f"the claim of shard {shard} ({decision})")
         status = self._check_status(reply, shard)
@@ -216,18 +235,19 @@ class RedisCatalog:
         if text[2]:
             keep[np.array(text[2].split(","), dtype=np.int64)] = False
         return ClaimReply(keep=keep, replay=False, epoch=text[0], version=int(text[1]),
-                          catch_up=_split(text[3]), mode=text[4], lookups=int(text[5]))
+                          catch_up=_split(text[3]), mode=text[4], lookups=int(text[5]),
+                          token=text[6])
 
     def snapshot(self, shard: int, now: float) -> Snapshot:
         """All live IDs of ``shard`` and the version they reflect (one atomic read)."""
         app = self.config.app_id
         keys = [state_key(app, shard)]
-        keys += [bucket_key(app, shard, b) for b in live_buckets(self.config, now)]
+        keys += [bucket_key(app, shard, b) for b in lookup_buckets(self.config, now)]
         reply = self._run("snapshot", keys, [uuid.uuid4().hex, self.config.num_shards],
                           f"the Bloom snapshot of shard {shard}")
         self._check_status(reply, shard)
         text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]
-        return Snapshot(text[0], int(text[1]), text[2:])
+        return Snapshot(text[0], int(text[1]), text[3:], token=text[2])
 
     def collect_garbage(self, query_id: str, before_batch: int) -> int:
         """Delete decisions of ``query_id`` for batches ``< before_batch``, all shards.
