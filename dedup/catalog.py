@@ -17,10 +17,11 @@ are registered once per client (redis-py reloads them on NOSCRIPT).
 
 from __future__ import annotations
 
+import logging
 import pkgutil
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,8 @@ from dedup.exceptions import (
     ShardCountMismatchError,
     UnsafeSettingError,
 )
+
+log = logging.getLogger(__name__)
 
 
 def shard_tag(app_id: str, shard: int) -> str:
@@ -287,43 +290,84 @@ class RedisCatalog:
                     pipe.scard(bucket_key(self.config.app_id, shard, bucket))
             return sum(int(x) for x in pipe.execute())
 
-    def check_setup(self) -> None:
-        """Driver-side checks: reachable, persistent (unless allowed), shard count.
+    def check_setup(self, layout: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Driver-side checks: reachable, safe settings (unless allowed), shard count.
 
-        Records ``num_shards`` on first use. Safe to repeat.
+        Records ``num_shards`` and every entry of ``layout`` (:data:`LAYOUT_SETTINGS`)
+        on first use and returns what is recorded for the app id (each field is
+        set only if absent, so two first users agree on one value); the caller
+        compares. Safe to repeat.
+
+        Raises
+        ------
+        ShardCountMismatchError
+            ``num_shards`` differs from the recorded count.
+        UnsafeSettingError
+            Persistence is off, Redis may evict keys, or the settings cannot be
+            read (unless ``RedisConfig(require_persistence=False)``).
+        CatalogUnavailableError
+            Redis is unreachable.
         """
         client, _ = client_and_scripts(self.config.redis)
         cfg = self.config
         url = redact_url(cfg.redis.url)
+        wanted = {"num_shards": str(cfg.num_shards), **dict(layout or {})}
         with redis_errors(cfg.redis, "the start-up check"):
             client.ping()
             if cfg.redis.require_persistence:
-                _check_persistence(client, url)
-            client.hsetnx(meta_key(cfg.app_id), "num_shards", cfg.num_shards)
-            recorded = int(client.hget(meta_key(cfg.app_id), "num_shards"))
-        if recorded != cfg.num_shards:
+                _check_safe_settings(client, url)
+            pipe = client.pipeline(transaction=False)
+            for name, value in wanted.items():
+                if value != "":  # an unknown value (e.g. a hand-made ID column) is not pinned
+                    pipe.hsetnx(meta_key(cfg.app_id), name, value)
+            pipe.hgetall(meta_key(cfg.app_id))
+            raw = pipe.execute()[-1]
+        recorded = {(k.decode() if isinstance(k, bytes) else k):
+                    (v.decode() if isinstance(v, bytes) else v) for k, v in raw.items()}
+        if int(recorded["num_shards"]) != cfg.num_shards:
             raise ShardCountMismatchError(
-                f"app id {cfg.app_id!r} was created with num_shards={recorded} but this "
-                f"pipeline uses num_shards={cfg.num_shards}: use num_shards={recorded} or a "
-                "new app id (changing the count would re-shard IDs and let duplicates through)"
+                f"app id {cfg.app_id!r}: num_shards changed: recorded {recorded['num_shards']}, "
+                f"now {cfg.num_shards}; changing the count would re-shard IDs and let "
+                f"duplicates through: use num_shards={recorded['num_shards']} or a new app id"
             )
+        return recorded
 
 
-def _check_persistence(client: Any, url: str) -> None:
+LAYOUT_SETTINGS = ("num_shards", "num_partitions", "placement", "bucket_seconds", "id_strategy")
+"""Settings that decide where a record goes, recorded per app id on first use."""
+
+
+def _check_safe_settings(client: Any, url: str) -> None:
+    """Refuse a Redis that may forget claimed IDs; warn when it may lose the last second."""
     import redis
 
-    fix = ("enable it with `CONFIG SET appendonly yes` / `appendonly yes` in redis.conf, "
-           "or set RedisConfig(require_persistence=False)")
+    optout = "or set RedisConfig(require_persistence=False) if you accept the risk"
     try:
-        value = client.config_get("appendonly").get("appendonly")
+        settings = {**client.config_get("appendonly"), **client.config_get("appendfsync"),
+                    **client.config_get("maxmemory"), **client.config_get("maxmemory-policy")}
     except redis.exceptions.ResponseError as exc:
         raise UnsafeSettingError(
-            f"Redis at {url} refused CONFIG GET appendonly ({exc}), so persistence cannot be "
-            "verified; if persistence is known to be on (managed Redis), set "
-            "RedisConfig(require_persistence=False)"
+            f"Redis at {url} refused CONFIG GET ({exc}), so persistence and eviction cannot be "
+            "verified; if AOF is on and maxmemory-policy is noeviction (managed Redis), "
+            "set RedisConfig(require_persistence=False)"
         ) from exc
-    if value != "yes" and value != b"yes":
+    text = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes)
+                                                          else str(v))
+            for k, v in settings.items()}
+    if text.get("appendonly") != "yes":
         raise UnsafeSettingError(
-            f"Redis at {url} has appendonly=no: a restart would forget claimed IDs; {fix}"
+            f"Redis at {url} has appendonly=no: a restart would forget claimed IDs; enable it "
+            f"with `CONFIG SET appendonly yes` / `appendonly yes` in redis.conf, {optout}"
         )
-
+    policy = text.get("maxmemory-policy", "noeviction")
+    if text.get("maxmemory", "0") not in ("0", "") and policy != "noeviction":
+        raise UnsafeSettingError(
+            f"Redis at {url} has maxmemory-policy={policy}: at maxmemory it evicts keys, and "
+            "an evicted ID set lets duplicates through; set maxmemory-policy noeviction (a "
+            f"full Redis then fails the batch instead), {optout}"
+        )
+    if text.get("appendfsync") != "always":
+        log.warning(
+            "Redis at %s has appendfsync=%s: a crash of its machine may lose the last "
+            "second of claims, and duplicates of those IDs would pass; appendfsync always "
+            "closes that window", url, text.get("appendfsync"))
