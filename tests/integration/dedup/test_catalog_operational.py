@@ -74,3 +74,24 @@ def test_id_in_the_next_bucket_is_found_by_a_slower_clock(redis_url: str) -> Non
     assert fast.claim("q", 0, 0, ["x"], now=boundary + 0.5).keep.tolist() == [True]
     outcome = slow.claim("q", 1, 0, ["x"], now=boundary - 0.5)
     assert outcome.keep.tolist() == [False], "duplicate kept across a bucket boundary"
+
+
+def test_redis_that_evicts_keys_is_refused_and_a_full_one_fails_closed(tmp_path: Any) -> None:
+    from dedup import CatalogStateError, UnsafeSettingError
+    from dedup.local.services import RedisServer
+
+    with RedisServer(tmp_path / "redis-lru") as server:
+        client = redis.Redis.from_url(server.url)
+        client.config_set("maxmemory", "50mb")
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        cfg = make_config(server.url)
+        with pytest.raises(UnsafeSettingError, match=r"maxmemory-policy=allkeys-lru.*noeviction"):
+            RedisCatalog(cfg).check_setup()
+        # At maxmemory with noeviction a claim is refused by Redis: the batch fails.
+        client.config_set("maxmemory-policy", "noeviction")
+        RedisCatalog(cfg).check_setup()
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory", str(used + 1024))
+        ids = [f"id-{i:06d}-{'x' * 40}" for i in range(20_000)]
+        with pytest.raises(CatalogStateError, match="maxmemory"):
+            claimer(cfg).claim("q", 0, 0, ids, now=1_800_000_000.0)
