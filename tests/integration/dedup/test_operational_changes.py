@@ -172,3 +172,41 @@ def test_restart_with_fewer_shuffle_partitions_after_a_partial_batch_is_exact(
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), report.summary()
     assert report.ok, report.summary()
+
+
+def test_two_dedup_steps_with_one_app_id_in_one_batch_are_refused(
+        spark: Any, redis_url: str, app_id: str, tmp_path: Path) -> None:
+    """Inside ``foreachBatch`` both steps run as batch ``b`` of the same query."""
+    import json
+
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "0.json").write_text("\n".join(
+        json.dumps({"k": f"{side}{i}"}) for side in "ab" for i in range(10)) + "\n")
+    cfg = DedupConfig(app_id=app_id, redis=RedisConfig(redis_url), num_shards=1)
+    seen: dict[str, int] = {}
+
+    def both(batch_df: Any, batch_id: int) -> None:
+        ids = with_record_id(batch_df, strategy="column", column="k")
+        first = Deduplicator(cfg, num_partitions=1).apply(ids.filter("k like 'a%'"))
+        second = Deduplicator(cfg, num_partitions=1).apply(ids.filter("k like 'b%'"))
+        seen["first"] = first.count()
+        seen["second"] = second.count()
+
+    stream = spark.readStream.schema("k string").json(str(source))
+    query = (stream.writeStream.foreachBatch(both)
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    error = query.exception()
+    # Silently dropping the second step's 10 new IDs is the failure; a refusal is fine.
+    assert error is not None, f"not refused; rows kept per step: {seen}"
+    assert "recorded for other IDs" in str(error), str(error)[-2000:]
+
+
+def test_app_ids_with_one_metric_name_are_refused(spark: Any, redis_url: str,
+                                                  app_id: str) -> None:
+    dotted, underscored = f"{app_id}.x", f"{app_id}_x"
+    Deduplicator(DedupConfig(dotted, RedisConfig(redis_url))).apply(small_frame(spark))
+    with pytest.raises(ConfigError, match=r"metric name"):
+        Deduplicator(DedupConfig(underscored, RedisConfig(redis_url))).apply(small_frame(spark))
