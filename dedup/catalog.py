@@ -4,7 +4,8 @@ Every key one Lua call touches shares the hash tag ``{<app>:s<shard>}``, so a
 call stays within one Redis Cluster slot:
 
 ``dedup:{app:s3}:state``      hash: epoch, version, tok, n (shards), owner, seen
-``dedup:{app:s3}:dec``        hash: ``<query id>:<batch>`` -> ``<version>|<kept ids>``
+``dedup:{app:s3}:dec``        hash: ``<query id>:<batch>`` ->
+                              ``<version>|\n<candidates digest>\n<kept ids>``
 ``dedup:{app:s3}:jr``         hash: version -> IDs newly claimed at that version,
                               ``t<version>`` -> the random token of that version
 ``dedup:{app:s3}:ids:<b>``    SET of IDs claimed in time bucket ``b`` (expires)
@@ -167,6 +168,17 @@ class Snapshot:
     token: str = ""
 
 
+def candidates_digest(negatives: list[str], positives: list[str]) -> str:
+    """Order-free digest of a claim's candidate IDs (rows of a retry arrive in any order)."""
+    import pandas as pd
+
+    if not negatives and not positives:
+        return "0:0"
+    hashed = pd.util.hash_array(np.array(negatives + positives, dtype=object))
+    total = int(np.sum(hashed, dtype=np.uint64))  # wraps modulo 2**64: order-free
+    return f"{len(hashed)}:{total:x}"
+
+
 def _split(blob: bytes | str) -> list[str]:
     text = blob.decode() if isinstance(blob, bytes) else blob
     return text.split("\n") if text else []
@@ -213,24 +225,43 @@ class RedisCatalog:
 
         ``tag`` is the ``(epoch, version, token)`` of the caller's Bloom filter;
         ``now`` the batch's timestamp (the same for every attempt of the batch).
+
+        Raises
+        ------
+        CatalogStateError
+            The decision of this (query, batch, shard) was recorded for other
+            candidate IDs: a second dedup step with this app id in the same
+            batch, or an input that changed between attempts. Replaying it
+            would drop IDs that were never claimed, so the batch fails instead.
         """
         app, cfg = self.config.app_id, self.config
         buckets = lookup_buckets(cfg, now)
         keys = [state_key(app, shard), decisions_key(app, shard), journal_key(app, shard)]
         keys += [bucket_key(app, shard, b) for b in buckets]
         expire_at = (buckets[0] + 1) * cfg.retention.bucket_seconds + cfg.retention.horizon_seconds
+        digest = candidates_digest(negatives, positives)
         args: list[Any] = [
             decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
             cfg.lease_seconds, cfg.journal_versions, uuid.uuid4().hex,
-            "\n".join(negatives), "\n".join(positives), tag[2] if tag else "",
+            "\n".join(negatives), "\n".join(positives), tag[2] if tag else "", digest,
         ]
         reply = self._run("claim", keys, args, f"the claim of shard {shard} ({decision})")
         status = self._check_status(reply, shard)
         if status == "REPLAY":
             recorded = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
-            _version, _, blob = recorded.partition("|")
-            return ClaimReply.replayed(_split(blob))
+            _version, _, rest = recorded.partition("|")
+            if rest.startswith("\n"):  # IDs never contain a newline: the digest follows
+                stored, _, rest = rest[1:].partition("\n")
+                if stored != digest:
+                    raise CatalogStateError(
+                        f"app id {app!r}: the decision of {decision} shard {shard} was recorded "
+                        "for other IDs: two dedup steps with this app id in one batch (give "
+                        "each its own app id), or an input that changed between attempts of "
+                        "the batch (make the source replayable); replaying it would drop IDs "
+                        "that were never claimed"
+                    )
+            return ClaimReply.replayed(_split(rest))
         if status != "OK":
             raise CatalogStateError(f"unexpected claim reply {status!r} for shard {shard}")
         text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]

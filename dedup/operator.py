@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 # SparkSession -> its one DecisionGcListener (weak: keeps no session alive)
 _LISTENERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _LISTENERS_LOCK = threading.Lock()
+# metric name -> the app id that uses it in this process
+_METRIC_NAMES: dict[str, str] = {}
 log = logging.getLogger(__name__)
 
 
@@ -66,6 +68,15 @@ class Deduplicator:
         self.gc_listener = gc_listener
         self.catalog = RedisCatalog(config)
         self.metric_name = metric_name(config.app_id)
+        with _LISTENERS_LOCK:
+            other = _METRIC_NAMES.setdefault(self.metric_name, config.app_id)
+        if other != config.app_id:
+            # Metrics and decision GC are keyed by this name: the two would mix.
+            raise ConfigError(
+                f"app ids {other!r} and {config.app_id!r} have the same metric name "
+                f"{self.metric_name!r} in this process; rename one (letters, digits and '_' "
+                "are kept, every other character becomes '_')"
+            )
         self._observation: Any = None
 
     def apply(self, df: DataFrame) -> DataFrame:

@@ -15,13 +15,15 @@
 -- ARGV[10] a fresh random token: the epoch if the shard is new, and the token
 --          of the version this claim creates
 -- ARGV[13] client filter token ("" = none)
+-- ARGV[14] digest of the candidate IDs (order-free), kept in the decision so a
+--          replay for other IDs is told apart from a retry
 -- ARGV[11] Bloom negatives, ARGV[12] Bloom positives: newline-joined IDs (one
 -- argument each: packing thousands of arguments cost more than the script)
 -- Returns {status, ...}; "OK": {epoch, version, dropped, catch-up, mode, lookups,
 -- token}
 -- where dropped lists the 0-based positions (comma-joined) of the duplicates
 -- among the candidates, negatives first, then positives; "REPLAY":
--- {"<version>|<kept ids>"}
+-- {"<version>|\n<digest>\n<kept ids>"}
 --
 -- A filter is tagged (epoch, version, token). Version numbers can come back
 -- after Redis rolls back (AOF everysec and a crash, failover to a lagging
@@ -143,7 +145,7 @@ if #kept > 0 then
   redis.call('HDEL', jr, tostring(version - keep), 't' .. (version - keep))
   redis.call('HSET', state, 'version', version, 'tok', tok)
 end
-redis.call('HSET', dec, field, tostring(version) .. '|' .. blob)
+redis.call('HSET', dec, field, tostring(version) .. '|\n' .. ARGV[14] .. '\n' .. blob)
 -- The reply names the (few) dropped positions, not the (many) kept IDs.
 return {'OK', epoch, tostring(version), table.concat(dropped, ','),
         table.concat(catch, '\n'), mode, tostring(#need), tok}
