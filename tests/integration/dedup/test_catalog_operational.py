@@ -95,3 +95,36 @@ def test_redis_that_evicts_keys_is_refused_and_a_full_one_fails_closed(tmp_path:
         ids = [f"id-{i:06d}-{'x' * 40}" for i in range(20_000)]
         with pytest.raises(CatalogStateError, match="maxmemory"):
             claimer(cfg).claim("q", 0, 0, ids, now=1_800_000_000.0)
+
+
+def test_a_second_pipeline_claims_no_shard_while_the_first_holds_the_app_id(
+        redis_url: str) -> None:
+    """The lease is the app id's, not a shard's: pipeline B may not claim shard 1 because
+    pipeline A so far only claimed shard 0 (B's claims would later drop A's records)."""
+    from dedup import AppIdInUseError
+
+    cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
+                      lease_seconds=60)
+    first, second = claimer(cfg), claimer(cfg)
+    first.claim("query-a", 0, 0, ["a"], "query-a", now=1_800_000_000.0)
+    with pytest.raises(AppIdInUseError, match="query-a"):
+        second.claim("query-b", 0, 1, ["b"], "query-b", now=1_800_000_000.0)
+    client = redis.Redis.from_url(redis_url)
+    assert not any(client.smembers(key) for key in client.scan_iter(
+        match=f"dedup:{{{cfg.app_id}:s1}}:ids:*")), "pipeline B claimed IDs on shard 1"
+
+
+def test_a_fenced_pipeline_cannot_claim_after_another_took_over(redis_url: str) -> None:
+    """A's lease lapsed (A paused), B took the app id over; A's next claim is fenced."""
+    from dedup import AppIdInUseError
+
+    cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=1,
+                      lease_seconds=1)
+    paused, successor = claimer(cfg), claimer(cfg)
+    paused.claim("query-a", 0, 0, ["a"], "query-a", now=1_800_000_000.0)
+    import time
+
+    time.sleep(1.2)  # A's lease lapses
+    successor.claim("query-b", 0, 0, ["b"], "query-b", now=1_800_000_000.0)
+    with pytest.raises(AppIdInUseError, match="query-b"):
+        paused.claim("query-a", 1, 0, ["c"], "query-a", now=1_800_000_000.0)
