@@ -11,6 +11,9 @@ call stays within one Redis Cluster slot:
 ``dedup:{app:s3}:ids:<b>``    SET of IDs claimed in time bucket ``b`` (expires)
 ``dedup:{app}:meta``          hash: the layout settings recorded on first use
                               (:data:`LAYOUT_SETTINGS`)
+``dedup:{app}:lease``         hash: owner (query id), until (ms), fence: the app id's
+                              lease; every shard state keeps the highest fence
+                              that claimed it
 
 Clients are created lazily, one per worker process and URL, and the scripts
 are registered once per client (redis-py reloads them on NOSCRIPT).
@@ -67,6 +70,10 @@ def meta_key(app_id: str) -> str:
     return f"{KEY_PREFIX}:{{{app_id}}}:meta"
 
 
+def lease_key(app_id: str) -> str:
+    return f"{KEY_PREFIX}:{{{app_id}}}:lease"
+
+
 def live_buckets(config: DedupConfig, now: float) -> list[int]:
     """Bucket numbers that hold the IDs remembered at ``now``, the current one first."""
     current = int(now) // config.retention.bucket_seconds
@@ -95,6 +102,9 @@ def _script(name: str) -> str:
 
 _CLIENTS: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
 _CLIENTS_LOCK = threading.Lock()
+# (app id, query id) -> (decision, fence) of the last lease taken in this process:
+# the lease is taken (and renewed) once per batch, not once per shard.
+_FENCES: dict[tuple[str, str], tuple[str, int]] = {}
 
 
 def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
@@ -105,7 +115,7 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
         if found is None:
             client = redis_config.client()
             scripts = {name: client.register_script(_script(f"{name}.lua"))
-                       for name in ("claim", "snapshot", "gc")}
+                       for name in ("claim", "snapshot", "gc", "lease")}
             found = _CLIENTS[key] = (client, scripts)
         return found
 
@@ -210,13 +220,43 @@ class RedisCatalog:
             )
         if status == "INUSE":
             owner = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
+            left = (f"; its lease lapses in {int(reply[2]) / 1000:.0f} s unless renewed"
+                    if len(reply) > 2 else "; it took the app id over from this query")
             raise AppIdInUseError(
-                f"app id {self.config.app_id!r} is in use by streaming query {owner} (it "
-                f"claimed within the last {self.config.lease_seconds:g} s): give this "
-                "pipeline its own app id, stop the other query, or set "
+                f"app id {self.config.app_id!r} is in use by streaming query {owner}{left}: "
+                "give this pipeline its own app id, stop the other query, or set "
                 "DedupConfig(allow_shared_app_id=True) if both are the same pipeline"
             )
         return status
+
+    def take_lease(self, query_id: str) -> int:
+        """Take or renew the app id's lease for ``query_id``; return its fence number.
+
+        The lease lasts ``lease_seconds`` of Redis's clock after each call and
+        is renewed by every batch and progress event of the query. Safe to
+        repeat; the fence grows only when the owner changes.
+
+        Raises
+        ------
+        AppIdInUseError
+            Another streaming query holds the lease.
+        """
+        reply = self._run("lease", [lease_key(self.config.app_id)],
+                          [query_id, int(self.config.lease_seconds * 1000), "take"],
+                          "taking the app id's lease")
+        self._check_status(reply, -1)
+        return int(reply[1])
+
+    def _fence(self, lease_owner: str, decision: str) -> int:
+        if not lease_owner or self.config.allow_shared_app_id:
+            return 0
+        key = (self.config.app_id, lease_owner)
+        known = _FENCES.get(key)
+        if known is not None and known[0] == decision:
+            return known[1]
+        fence = self.take_lease(lease_owner)
+        _FENCES[key] = (decision, fence)
+        return fence
 
     def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[str], positives: list[str], lease_owner: str,
@@ -243,7 +283,7 @@ class RedisCatalog:
         args: list[Any] = [
             decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
-            cfg.lease_seconds, cfg.journal_versions, uuid.uuid4().hex,
+            self._fence(lease_owner, decision), cfg.journal_versions, uuid.uuid4().hex,
             "\n".join(negatives), "\n".join(positives), tag[2] if tag else "", digest,
         ]
         reply = self._run("claim", keys, args, f"the claim of shard {shard} ({decision})")
@@ -297,19 +337,13 @@ class RedisCatalog:
             return sum(int(x) for x in pipe.execute())
 
     def release(self, query_id: str) -> None:
-        """Give up the app-id lease of ``query_id`` (its query stopped). Safe to repeat."""
-        client, _ = client_and_scripts(self.config.redis)
-        with redis_errors(self.config.redis, "releasing the app id"):
-            pipe = client.pipeline(transaction=False)
-            for shard in range(self.config.num_shards):
-                key = state_key(self.config.app_id, shard)
-                pipe.hget(key, "owner")
-            owners = pipe.execute()
-            pipe = client.pipeline(transaction=False)
-            for shard, owner in enumerate(owners):
-                if owner is not None and owner.decode() == query_id:
-                    pipe.hset(state_key(self.config.app_id, shard), "seen", 0)
-            pipe.execute()
+        """Give up the app id's lease if ``query_id`` holds it (its query stopped).
+
+        Safe to repeat; a lease held by another query is left alone.
+        """
+        self._run("lease", [lease_key(self.config.app_id)], [query_id, 0, "release"],
+                  "releasing the app id")
+        _FENCES.pop((self.config.app_id, query_id), None)
 
     def catalog_size(self, now: float) -> int:
         """IDs currently remembered (SCARD over live buckets of all shards, one pipeline)."""

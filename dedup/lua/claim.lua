@@ -1,17 +1,18 @@
 -- Atomic, idempotent claim of one (app, batch, shard): check candidates,
 -- add the new IDs, record the decision, bump the shard version.
 --
--- KEYS[1] state hash (epoch, version, n, owner, seen)
+-- KEYS[1] state hash (epoch, version, tok, n, owner, fence)
 -- KEYS[2] decisions hash ("<qid>:<batch>" -> "<version>|<kept ids>")
 -- KEYS[3] journal hash (version -> ids claimed at that version; "t<version>" ->
 --         the token of that version)
 -- KEYS[4] current time bucket SET; KEYS[5] the next one (a batch clock that
 --         went back across a bucket boundary); KEYS[6..] older live bucket SETs
 -- ARGV[1] decision field       ARGV[2] client filter epoch ("" = no filter)
--- ARGV[3] client version (-1)  ARGV[4] now (unix seconds)
+-- ARGV[3] client version (-1)  ARGV[4] batch time (unix seconds; not used here)
 -- ARGV[5] expire-at of the current bucket
 -- ARGV[6] num shards           ARGV[7] lease owner query id ("" = exempt)
--- ARGV[8] lease seconds        ARGV[9] journal versions kept
+-- ARGV[8] the owner's fence number from lease.lua (the app id's lease)
+-- ARGV[9] journal versions kept
 -- ARGV[10] a fresh random token: the epoch if the shard is new, and the token
 --          of the version this claim creates
 -- ARGV[13] client filter token ("" = none)
@@ -38,26 +39,26 @@ if prev then
   return {'REPLAY', prev}
 end
 
-local st = redis.call('HMGET', state, 'epoch', 'version', 'n', 'owner', 'seen', 'tok')
+local st = redis.call('HMGET', state, 'epoch', 'version', 'n', 'owner', 'fence', 'tok')
 local epoch = st[1]
 local version = tonumber(st[2] or '0')
 local tok = st[6] or ''
 if st[3] and st[3] ~= ARGV[6] then
   return {'SHARDS', st[3]}
 end
-local now = tonumber(ARGV[4])
 local qid = ARGV[7]
-if qid ~= '' then
-  if st[4] and st[4] ~= qid and st[4] ~= '' and now - tonumber(st[5] or '0') < tonumber(ARGV[8]) then
-    return {'INUSE', st[4]}
-  end
+local fence = tonumber(ARGV[8])
+-- The shard remembers the highest fence that claimed it: a query that lost the
+-- app id's lease to a newer one (higher fence) can claim nothing more.
+if qid ~= '' and tonumber(st[5] or '0') > fence then
+  return {'INUSE', st[4] or ''}
 end
 if not epoch then
   epoch = ARGV[10]
   redis.call('HSET', state, 'epoch', epoch, 'version', 0, 'n', ARGV[6])
 end
-if qid ~= '' then
-  redis.call('HSET', state, 'owner', qid, 'seen', ARGV[4])
+if qid ~= '' and tonumber(st[5] or '0') < fence then
+  redis.call('HSET', state, 'owner', qid, 'fence', fence)
 end
 
 local keep = tonumber(ARGV[9])
