@@ -21,6 +21,7 @@ from dedup.exceptions import (
     MissingToolError,
     RecordIdError,
     ServiceError,
+    SettingChangedError,
     ShardCountMismatchError,
     UnsafeSettingError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "RedisConfig",
     "RetentionConfig",
     "ServiceError",
+    "SettingChangedError",
     "ShardClaimer",
     "ShardCountMismatchError",
     "ShardFilter",

@@ -52,13 +52,16 @@ class ShardFilter:
         Sizing of the underlying ``BloomFilter``; ``add_all`` reports
         ``False`` instead of overfilling (pybloom raises ``IndexError``), and
         the owner rebuilds the filter bigger.
-    epoch, version:
-        Tag of the shard state whose IDs this filter holds.
+    epoch, version, token:
+        Tag of the shard state whose IDs this filter holds (the token tells
+        apart two states with one version number, before and after a rollback
+        of Redis).
     """
 
-    __slots__ = ("_bf", "_bits", "capacity", "epoch", "error_rate", "version")
+    __slots__ = ("_bf", "_bits", "capacity", "epoch", "error_rate", "token", "version")
 
-    def __init__(self, capacity: int, error_rate: float, epoch: str, version: int) -> None:
+    def __init__(self, capacity: int, error_rate: float, epoch: str, version: int,
+                 token: str = "") -> None:
         self.capacity = capacity
         self.error_rate = error_rate
         self._bf = BloomFilter(capacity=capacity, error_rate=error_rate)
@@ -66,6 +69,7 @@ class ShardFilter:
         self._bits = np.frombuffer(self._bf.bitarray, dtype=np.uint8)
         self.epoch = epoch
         self.version = version
+        self.token = token
 
     def positions(self, keys: Sequence[str]) -> np.ndarray:
         """Bit positions of ``keys`` in this filter (see :func:`bit_positions`)."""
@@ -121,14 +125,15 @@ class ShardFilter:
         keys = np.array(ids, dtype=object)
         return keys[~hit].tolist(), keys[hit].tolist()
 
-    def retag(self, epoch: str, version: int) -> None:
-        """Record that the filter now holds every ID up to ``(epoch, version)``."""
+    def retag(self, epoch: str, version: int, token: str = "") -> None:
+        """Record that the filter now holds every ID up to ``(epoch, version, token)``."""
         self.epoch = epoch
         self.version = version
+        self.token = token
 
     @property
-    def tag(self) -> tuple[str, int]:
-        return self.epoch, self.version
+    def tag(self) -> tuple[str, int, str]:
+        return self.epoch, self.version, self.token
 
 
 @dataclass

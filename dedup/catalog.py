@@ -3,11 +3,17 @@
 Every key one Lua call touches shares the hash tag ``{<app>:s<shard>}``, so a
 call stays within one Redis Cluster slot:
 
-``dedup:{app:s3}:state``      hash: epoch, version, n (shards), owner, seen
-``dedup:{app:s3}:dec``        hash: ``<query id>:<batch>`` -> ``<version>|<kept ids>``
-``dedup:{app:s3}:jr``         hash: version -> IDs newly claimed at that version
+``dedup:{app:s3}:state``      hash: epoch, version, tok, n (shards), owner, seen
+``dedup:{app:s3}:dec``        hash: ``<query id>:<batch>`` ->
+                              ``<version>|\n<candidates digest>\n<kept ids>``
+``dedup:{app:s3}:jr``         hash: version -> IDs newly claimed at that version,
+                              ``t<version>`` -> the random token of that version
 ``dedup:{app:s3}:ids:<b>``    SET of IDs claimed in time bucket ``b`` (expires)
-``dedup:{app}:meta``          hash: num_shards recorded on first use
+``dedup:{app}:meta``          hash: the layout settings recorded on first use
+                              (:data:`LAYOUT_SETTINGS`)
+``dedup:{app}:lease``         hash: owner (query id), until (ms), fence: the app id's
+                              lease; every shard state keeps the highest fence
+                              that claimed it
 
 Clients are created lazily, one per worker process and URL, and the scripts
 are registered once per client (redis-py reloads them on NOSCRIPT).
@@ -15,10 +21,11 @@ are registered once per client (redis-py reloads them on NOSCRIPT).
 
 from __future__ import annotations
 
+import logging
 import pkgutil
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +41,8 @@ from dedup.exceptions import (
     ShardCountMismatchError,
     UnsafeSettingError,
 )
+
+log = logging.getLogger(__name__)
 
 
 def shard_tag(app_id: str, shard: int) -> str:
@@ -61,10 +70,25 @@ def meta_key(app_id: str) -> str:
     return f"{KEY_PREFIX}:{{{app_id}}}:meta"
 
 
+def lease_key(app_id: str) -> str:
+    return f"{KEY_PREFIX}:{{{app_id}}}:lease"
+
+
 def live_buckets(config: DedupConfig, now: float) -> list[int]:
-    """Bucket numbers a lookup at ``now`` checks, the current one first."""
+    """Bucket numbers that hold the IDs remembered at ``now``, the current one first."""
     current = int(now) // config.retention.bucket_seconds
     return [current - i for i in range(config.retention.live_buckets)]
+
+
+def lookup_buckets(config: DedupConfig, now: float) -> list[int]:
+    """Buckets a claim at ``now`` checks: the current one, the next one, then older ones.
+
+    The next bucket is there for a clock that went back across a bucket
+    boundary (a driver restarted on another machine, an NTP step): an ID
+    written into bucket ``k + 1`` must still be found from bucket ``k``.
+    """
+    live = live_buckets(config, now)
+    return [live[0], live[0] + 1, *live[1:]]
 
 
 def _script(name: str) -> str:
@@ -78,6 +102,9 @@ def _script(name: str) -> str:
 
 _CLIENTS: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
 _CLIENTS_LOCK = threading.Lock()
+# (app id, query id) -> (decision, fence) of the last lease taken in this process:
+# the lease is taken (and renewed) once per batch, not once per shard.
+_FENCES: dict[tuple[str, str], tuple[str, int]] = {}
 
 
 def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
@@ -88,7 +115,7 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
         if found is None:
             client = redis_config.client()
             scripts = {name: client.register_script(_script(f"{name}.lua"))
-                       for name in ("claim", "snapshot", "gc")}
+                       for name in ("claim", "snapshot", "gc", "lease")}
             found = _CLIENTS[key] = (client, scripts)
         return found
 
@@ -133,6 +160,7 @@ class ClaimReply:
     mode: str
     lookups: int
     replay_kept: list[str] = field(default_factory=list)
+    token: str = ""
 
     @classmethod
     def replayed(cls, kept: list[str]) -> ClaimReply:
@@ -142,11 +170,23 @@ class ClaimReply:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Every live ID of a shard at ``(epoch, version)``."""
+    """Every live ID of a shard at ``(epoch, version, token)``."""
 
     epoch: str
     version: int
     ids: list[str]
+    token: str = ""
+
+
+def candidates_digest(negatives: list[str], positives: list[str]) -> str:
+    """Order-free digest of a claim's candidate IDs (rows of a retry arrive in any order)."""
+    import pandas as pd
+
+    if not negatives and not positives:
+        return "0:0"
+    hashed = pd.util.hash_array(np.array(negatives + positives, dtype=object))
+    total = int(np.sum(hashed, dtype=np.uint64))  # wraps modulo 2**64: order-free
+    return f"{len(hashed)}:{total:x}"
 
 
 def _split(blob: bytes | str) -> list[str]:
@@ -180,35 +220,88 @@ class RedisCatalog:
             )
         if status == "INUSE":
             owner = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
+            left = (f"; its lease lapses in {int(reply[2]) / 1000:.0f} s unless renewed"
+                    if len(reply) > 2 else "; it took the app id over from this query")
             raise AppIdInUseError(
-                f"app id {self.config.app_id!r} is in use by streaming query {owner} (it "
-                f"claimed within the last {self.config.lease_seconds:g} s): give this "
-                "pipeline its own app id, stop the other query, or set "
+                f"app id {self.config.app_id!r} is in use by streaming query {owner}{left}: "
+                "give this pipeline its own app id, stop the other query, or set "
                 "DedupConfig(allow_shared_app_id=True) if both are the same pipeline"
             )
         return status
 
-    def claim(self, shard: int, decision: str, tag: tuple[str, int] | None,
+    def take_lease(self, query_id: str) -> int:
+        """Take or renew the app id's lease for ``query_id``; return its fence number.
+
+        The lease lasts ``lease_seconds`` of Redis's clock after each call and
+        is renewed by every batch and progress event of the query. Safe to
+        repeat; the fence grows only when the owner changes.
+
+        Raises
+        ------
+        AppIdInUseError
+            Another streaming query holds the lease.
+        """
+        reply = self._run("lease", [lease_key(self.config.app_id)],
+                          [query_id, int(self.config.lease_seconds * 1000), "take"],
+                          "taking the app id's lease")
+        self._check_status(reply, -1)
+        return int(reply[1])
+
+    def _fence(self, lease_owner: str, decision: str) -> int:
+        if not lease_owner or self.config.allow_shared_app_id:
+            return 0
+        key = (self.config.app_id, lease_owner)
+        known = _FENCES.get(key)
+        if known is not None and known[0] == decision:
+            return known[1]
+        fence = self.take_lease(lease_owner)
+        _FENCES[key] = (decision, fence)
+        return fence
+
+    def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[str], positives: list[str], lease_owner: str,
               now: float) -> ClaimReply:
-        """The atomic, idempotent claim of one (query, batch, shard); see ``claim.lua``."""
+        """The atomic, idempotent claim of one (query, batch, shard); see ``claim.lua``.
+
+        ``tag`` is the ``(epoch, version, token)`` of the caller's Bloom filter;
+        ``now`` the batch's timestamp (the same for every attempt of the batch).
+
+        Raises
+        ------
+        CatalogStateError
+            The decision of this (query, batch, shard) was recorded for other
+            candidate IDs: a second dedup step with this app id in the same
+            batch, or an input that changed between attempts. Replaying it
+            would drop IDs that were never claimed, so the batch fails instead.
+        """
         app, cfg = self.config.app_id, self.config
-        buckets = live_buckets(cfg, now)
+        buckets = lookup_buckets(cfg, now)
         keys = [state_key(app, shard), decisions_key(app, shard), journal_key(app, shard)]
         keys += [bucket_key(app, shard, b) for b in buckets]
         expire_at = (buckets[0] + 1) * cfg.retention.bucket_seconds + cfg.retention.horizon_seconds
+        digest = candidates_digest(negatives, positives)
         args: list[Any] = [
             decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
-            cfg.lease_seconds, cfg.journal_versions, uuid.uuid4().hex,
-            "\n".join(negatives), "\n".join(positives),
+            self._fence(lease_owner, decision), cfg.journal_versions, uuid.uuid4().hex,
+            "\n".join(negatives), "\n".join(positives), tag[2] if tag else "", digest,
         ]
         reply = self._run("claim", keys, args, f"the claim of shard {shard} ({decision})")
         status = self._check_status(reply, shard)
         if status == "REPLAY":
             recorded = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
-            _version, _, blob = recorded.partition("|")
-            return ClaimReply.replayed(_split(blob))
+            _version, _, rest = recorded.partition("|")
+            if rest.startswith("\n"):  # IDs never contain a newline: the digest follows
+                stored, _, rest = rest[1:].partition("\n")
+                if stored != digest:
+                    raise CatalogStateError(
+                        f"app id {app!r}: the decision of {decision} shard {shard} was recorded "
+                        "for other IDs: two dedup steps with this app id in one batch (give "
+                        "each its own app id), or an input that changed between attempts of "
+                        "the batch (make the source replayable); replaying it would drop IDs "
+                        "that were never claimed"
+                    )
+            return ClaimReply.replayed(_split(rest))
         if status != "OK":
             raise CatalogStateError(f"unexpected claim reply {status!r} for shard {shard}")
         text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]
@@ -216,18 +309,19 @@ class RedisCatalog:
         if text[2]:
             keep[np.array(text[2].split(","), dtype=np.int64)] = False
         return ClaimReply(keep=keep, replay=False, epoch=text[0], version=int(text[1]),
-                          catch_up=_split(text[3]), mode=text[4], lookups=int(text[5]))
+                          catch_up=_split(text[3]), mode=text[4], lookups=int(text[5]),
+                          token=text[6])
 
     def snapshot(self, shard: int, now: float) -> Snapshot:
         """All live IDs of ``shard`` and the version they reflect (one atomic read)."""
         app = self.config.app_id
         keys = [state_key(app, shard)]
-        keys += [bucket_key(app, shard, b) for b in live_buckets(self.config, now)]
+        keys += [bucket_key(app, shard, b) for b in lookup_buckets(self.config, now)]
         reply = self._run("snapshot", keys, [uuid.uuid4().hex, self.config.num_shards],
                           f"the Bloom snapshot of shard {shard}")
         self._check_status(reply, shard)
         text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]
-        return Snapshot(text[0], int(text[1]), text[2:])
+        return Snapshot(text[0], int(text[1]), text[3:], token=text[2])
 
     def collect_garbage(self, query_id: str, before_batch: int) -> int:
         """Delete decisions of ``query_id`` for batches ``< before_batch``, all shards.
@@ -243,19 +337,13 @@ class RedisCatalog:
             return sum(int(x) for x in pipe.execute())
 
     def release(self, query_id: str) -> None:
-        """Give up the app-id lease of ``query_id`` (its query stopped). Safe to repeat."""
-        client, _ = client_and_scripts(self.config.redis)
-        with redis_errors(self.config.redis, "releasing the app id"):
-            pipe = client.pipeline(transaction=False)
-            for shard in range(self.config.num_shards):
-                key = state_key(self.config.app_id, shard)
-                pipe.hget(key, "owner")
-            owners = pipe.execute()
-            pipe = client.pipeline(transaction=False)
-            for shard, owner in enumerate(owners):
-                if owner is not None and owner.decode() == query_id:
-                    pipe.hset(state_key(self.config.app_id, shard), "seen", 0)
-            pipe.execute()
+        """Give up the app id's lease if ``query_id`` holds it (its query stopped).
+
+        Safe to repeat; a lease held by another query is left alone.
+        """
+        self._run("lease", [lease_key(self.config.app_id)], [query_id, 0, "release"],
+                  "releasing the app id")
+        _FENCES.pop((self.config.app_id, query_id), None)
 
     def catalog_size(self, now: float) -> int:
         """IDs currently remembered (SCARD over live buckets of all shards, one pipeline)."""
@@ -267,43 +355,84 @@ class RedisCatalog:
                     pipe.scard(bucket_key(self.config.app_id, shard, bucket))
             return sum(int(x) for x in pipe.execute())
 
-    def check_setup(self) -> None:
-        """Driver-side checks: reachable, persistent (unless allowed), shard count.
+    def check_setup(self, layout: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Driver-side checks: reachable, safe settings (unless allowed), shard count.
 
-        Records ``num_shards`` on first use. Safe to repeat.
+        Records ``num_shards`` and every entry of ``layout`` (:data:`LAYOUT_SETTINGS`)
+        on first use and returns what is recorded for the app id (each field is
+        set only if absent, so two first users agree on one value); the caller
+        compares. Safe to repeat.
+
+        Raises
+        ------
+        ShardCountMismatchError
+            ``num_shards`` differs from the recorded count.
+        UnsafeSettingError
+            Persistence is off, Redis may evict keys, or the settings cannot be
+            read (unless ``RedisConfig(require_persistence=False)``).
+        CatalogUnavailableError
+            Redis is unreachable.
         """
         client, _ = client_and_scripts(self.config.redis)
         cfg = self.config
         url = redact_url(cfg.redis.url)
+        wanted = {"num_shards": str(cfg.num_shards), **dict(layout or {})}
         with redis_errors(cfg.redis, "the start-up check"):
             client.ping()
             if cfg.redis.require_persistence:
-                _check_persistence(client, url)
-            client.hsetnx(meta_key(cfg.app_id), "num_shards", cfg.num_shards)
-            recorded = int(client.hget(meta_key(cfg.app_id), "num_shards"))
-        if recorded != cfg.num_shards:
+                _check_safe_settings(client, url)
+            pipe = client.pipeline(transaction=False)
+            for name, value in wanted.items():
+                if value != "":  # an unknown value (e.g. a hand-made ID column) is not pinned
+                    pipe.hsetnx(meta_key(cfg.app_id), name, value)
+            pipe.hgetall(meta_key(cfg.app_id))
+            raw = pipe.execute()[-1]
+        recorded = {(k.decode() if isinstance(k, bytes) else k):
+                    (v.decode() if isinstance(v, bytes) else v) for k, v in raw.items()}
+        if int(recorded["num_shards"]) != cfg.num_shards:
             raise ShardCountMismatchError(
-                f"app id {cfg.app_id!r} was created with num_shards={recorded} but this "
-                f"pipeline uses num_shards={cfg.num_shards}: use num_shards={recorded} or a "
-                "new app id (changing the count would re-shard IDs and let duplicates through)"
+                f"app id {cfg.app_id!r}: num_shards changed: recorded {recorded['num_shards']}, "
+                f"now {cfg.num_shards}; changing the count would re-shard IDs and let "
+                f"duplicates through: use num_shards={recorded['num_shards']} or a new app id"
             )
+        return recorded
 
 
-def _check_persistence(client: Any, url: str) -> None:
+LAYOUT_SETTINGS = ("num_shards", "num_partitions", "placement", "bucket_seconds", "id_strategy")
+"""Settings that decide where a record goes, recorded per app id on first use."""
+
+
+def _check_safe_settings(client: Any, url: str) -> None:
+    """Refuse a Redis that may forget claimed IDs; warn when it may lose the last second."""
     import redis
 
-    fix = ("enable it with `CONFIG SET appendonly yes` / `appendonly yes` in redis.conf, "
-           "or set RedisConfig(require_persistence=False)")
+    optout = "or set RedisConfig(require_persistence=False) if you accept the risk"
     try:
-        value = client.config_get("appendonly").get("appendonly")
+        settings = {**client.config_get("appendonly"), **client.config_get("appendfsync"),
+                    **client.config_get("maxmemory"), **client.config_get("maxmemory-policy")}
     except redis.exceptions.ResponseError as exc:
         raise UnsafeSettingError(
-            f"Redis at {url} refused CONFIG GET appendonly ({exc}), so persistence cannot be "
-            "verified; if persistence is known to be on (managed Redis), set "
-            "RedisConfig(require_persistence=False)"
+            f"Redis at {url} refused CONFIG GET ({exc}), so persistence and eviction cannot be "
+            "verified; if AOF is on and maxmemory-policy is noeviction (managed Redis), "
+            "set RedisConfig(require_persistence=False)"
         ) from exc
-    if value != "yes" and value != b"yes":
+    text = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes)
+                                                          else str(v))
+            for k, v in settings.items()}
+    if text.get("appendonly") != "yes":
         raise UnsafeSettingError(
-            f"Redis at {url} has appendonly=no: a restart would forget claimed IDs; {fix}"
+            f"Redis at {url} has appendonly=no: a restart would forget claimed IDs; enable it "
+            f"with `CONFIG SET appendonly yes` / `appendonly yes` in redis.conf, {optout}"
         )
-
+    policy = text.get("maxmemory-policy", "noeviction")
+    if text.get("maxmemory", "0") not in ("0", "") and policy != "noeviction":
+        raise UnsafeSettingError(
+            f"Redis at {url} has maxmemory-policy={policy}: at maxmemory it evicts keys, and "
+            "an evicted ID set lets duplicates through; set maxmemory-policy noeviction (a "
+            f"full Redis then fails the batch instead), {optout}"
+        )
+    if text.get("appendfsync") != "always":
+        log.warning(
+            "Redis at %s has appendfsync=%s: a crash of its machine may lose the last "
+            "second of claims, and duplicates of those IDs would pass; appendfsync always "
+            "closes that window", url, text.get("appendfsync"))

@@ -23,7 +23,7 @@ from dedup.config import DedupConfig
 class Catalog(Protocol):
     """What the claim logic needs from the catalog (one round trip per call)."""
 
-    def claim(self, shard: int, decision: str, tag: tuple[str, int] | None,
+    def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[str], positives: list[str], lease_owner: str,
               now: float) -> ClaimReply: ...
 
@@ -137,7 +137,7 @@ class ShardClaimer:
                     bf.add_positions(kept_positions)  # hashed once, in probe()
                 else:
                     bf.add_all(kept)
-                bf.retag(reply.epoch, reply.version)
+                bf.retag(reply.epoch, reply.version, reply.token)
                 return 0
             self._rebuild(shard, now, bf.capacity * 2)
             return 1
@@ -149,7 +149,8 @@ class ShardClaimer:
     def _rebuild(self, shard: int, now: float, capacity: int) -> ShardFilter:
         snap = self.catalog.snapshot(shard, now)
         capacity = max(capacity, 2 * len(snap.ids), 1)
-        bf = ShardFilter(capacity, self.config.bloom.error_rate, snap.epoch, snap.version)
+        bf = ShardFilter(capacity, self.config.bloom.error_rate, snap.epoch, snap.version,
+                         snap.token)
         bf.add_all(snap.ids)
         self.filters.put(self.config.app_id, shard, bf)
         return bf

@@ -225,12 +225,15 @@ class DedupConfig:
         See :class:`BloomConfig`, :class:`RetentionConfig`,
         :class:`FailPointConfig`.
     allow_shared_app_id:
-        Skip the check that no other live query uses this app id.
+        Skip the app id's lease: several queries may claim with this app id
+        at once (only for queries that are one pipeline).
     lease_seconds:
-        A streaming query owns the app id while it claimed within this many
-        seconds; a claim from another query id in that window fails with
-        :class:`~dedup.exceptions.AppIdInUseError`. Released when the query
-        terminates cleanly.
+        The app id's lease: a streaming query takes it at its first claim and
+        renews it on every batch and every progress or idle event; another
+        query id is refused with :class:`~dedup.exceptions.AppIdInUseError`
+        until the lease lapses this many seconds (Redis's clock) after the
+        last renewal, or the holder terminates. A query that lost the lease
+        to a newer one is fenced: it can claim nothing more.
     journal_versions:
         Versions of newly claimed IDs kept per shard so a Bloom filter that is
         a few claims behind can catch up instead of being bypassed.

@@ -34,7 +34,12 @@ class UnsafeSettingError(ConfigError):
     """A setting would break the exactly-once guarantee; refused unless overridden."""
 
 
-class ShardCountMismatchError(ConfigError):
+class SettingChangedError(ConfigError):
+    """A setting that decides where a record goes differs from the one recorded for
+    this app id on first use (shards, partitions, placement, bucket width, ID strategy)."""
+
+
+class ShardCountMismatchError(SettingChangedError):
     """The shard count differs from the one recorded for this app id."""
 
 

@@ -1,10 +1,12 @@
-"""Garbage collection of recorded decisions, after Spark's commit (invariant 7).
+"""Garbage collection of recorded decisions, after Spark's commit, and the app id's lease.
 
 A decision of batch ``b`` must survive until Spark can no longer re-run
 ``b``: Spark reports a batch's progress only after writing it to the commit
 log, so on the progress event of batch ``b`` every decision of that query
 with a batch id ``< b`` is deleted (one pipeline over the shards). The
-listener also releases the app-id lease when the query terminates.
+listener also renews the app id's lease on every progress and idle event of
+the query that holds it (so an idle query keeps its app id), and releases it
+when the query terminates.
 """
 
 from __future__ import annotations
@@ -65,13 +67,29 @@ class DecisionGcListener(StreamingQueryListener):
             if mine:
                 self._owners.setdefault(query_id, set()).update(name for name, _ in mine)
         for _, catalog in mine:
+            self._renew(catalog, query_id)
             try:
                 self.collected += catalog.collect_garbage(query_id, int(progress.batchId))
             except DedupError as exc:
                 log.warning("dedup decision GC for query %s failed: %s", query_id, exc)
 
+    @staticmethod
+    def _renew(catalog: RedisCatalog, query_id: str) -> None:
+        if catalog.config.allow_shared_app_id:
+            return
+        try:
+            catalog.take_lease(query_id)
+        except DedupError as exc:
+            # The query's own next claim fails closed if the lease is really lost.
+            log.warning("renewing the app id lease of query %s failed: %s", query_id, exc)
+
     def onQueryIdle(self, event: Any) -> None:
-        pass
+        query_id = str(event.id)
+        with self._lock:
+            names = self._owners.get(query_id, set())
+            mine = [c for n, c in self._catalogs.items() if n in names]
+        for catalog in mine:
+            self._renew(catalog, query_id)
 
     def onQueryTerminated(self, event: Any) -> None:
         query_id = str(event.id)

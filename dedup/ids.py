@@ -24,7 +24,7 @@ Three strategies, all computed with Spark's native expressions (no Python UDF):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.exceptions import ConfigError, RecordIdError
@@ -103,7 +103,7 @@ def with_record_id(
         if not column:
             raise ConfigError("with_record_id(strategy='column') needs column=<existing id column>")
         _missing(df, [column], "with_record_id(strategy='column')")
-        return df.withColumn(output_column, sf.col(column).cast("string"))
+        return tag_record_id(df, output_column, sf.col(column).cast("string"), f"column:{column}")
     if strategy == "hash":
         chosen = list(columns) if columns else [c for c in df.columns if c != output_column]
         if not chosen:
@@ -112,13 +112,33 @@ def with_record_id(
         # to_json of a struct keeps field names and nulls, so ("ab", "c") and
         # ("a", "bc") hash differently, unlike a plain concat.
         digest = sf.sha2(sf.to_json(sf.struct(*[sf.col(c) for c in chosen])), 256)
-        return df.withColumn(output_column, sf.substring(digest, 1, 32))
+        return tag_record_id(df, output_column, sf.substring(digest, 1, 32),
+                             "hash:" + ",".join(chosen))
     if strategy == "kafka":
         _missing(df, KAFKA_COORDINATE_COLUMNS, "with_record_id(strategy='kafka') (read the "
                  "DataFrame with spark.readStream.format('kafka') and keep these columns)")
-        return df.withColumn(
-            output_column,
-            sf.concat_ws("/", sf.col("topic"), sf.col("partition").cast("string"),
-                        sf.col("offset").cast("string")),
-        )
+        coordinates = sf.concat_ws("/", sf.col("topic"), sf.col("partition").cast("string"),
+                                   sf.col("offset").cast("string"))
+        return tag_record_id(df, output_column, coordinates, "kafka")
     raise ConfigError(f"unknown record id strategy {strategy!r}; use one of {STRATEGIES}")
+
+
+ID_STRATEGY_METADATA = "dedup.id_strategy"
+"""Column metadata key naming how a record ID column was derived."""
+
+
+def tag_record_id(df: DataFrame, output_column: str, value: Any, strategy: str) -> DataFrame:
+    """``df`` with ``output_column = value``, remembering ``strategy`` in the column's metadata.
+
+    The dedup operator records the strategy per app id on first use and refuses
+    a later run whose IDs are derived another way (the same records would get
+    new IDs and pass as new). Pure projection; safe to repeat.
+    """
+    return df.withColumn(output_column,
+                         value.alias(output_column, metadata={ID_STRATEGY_METADATA: strategy}))
+
+
+def record_id_strategy(df: DataFrame, id_column: str) -> str:
+    """How ``df[id_column]`` was derived (``""`` when not by this toolkit)."""
+    metadata = df.schema[id_column].metadata or {}
+    return str(metadata.get(ID_STRATEGY_METADATA, ""))

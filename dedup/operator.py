@@ -10,6 +10,7 @@ the per-batch metrics, and only kept rows go on.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -19,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from dedup.catalog import RedisCatalog
 from dedup.config import DedupConfig
-from dedup.exceptions import ConfigError, RecordIdError
+from dedup.exceptions import ConfigError, RecordIdError, SettingChangedError
+from dedup.ids import record_id_strategy
 from dedup.metrics import KEPT, RESULT_COLUMN, STATUS, DedupMetrics, observed_columns
 from dedup.partition_step import PartitionStep, id_problem_column, partition_udf
-from dedup.placement import placement_column
+from dedup.placement import PLACEMENT_SCHEME, placement_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 # SparkSession -> its one DecisionGcListener (weak: keeps no session alive)
 _LISTENERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _LISTENERS_LOCK = threading.Lock()
+# metric name -> the app id that uses it in this process
+_METRIC_NAMES: dict[str, str] = {}
+log = logging.getLogger(__name__)
 
 
 def metric_name(app_id: str) -> str:
@@ -63,6 +68,15 @@ class Deduplicator:
         self.gc_listener = gc_listener
         self.catalog = RedisCatalog(config)
         self.metric_name = metric_name(config.app_id)
+        with _LISTENERS_LOCK:
+            other = _METRIC_NAMES.setdefault(self.metric_name, config.app_id)
+        if other != config.app_id:
+            # Metrics and decision GC are keyed by this name: the two would mix.
+            raise ConfigError(
+                f"app ids {other!r} and {config.app_id!r} have the same metric name "
+                f"{self.metric_name!r} in this process; rename one (letters, digits and '_' "
+                "are kept, every other character becomes '_')"
+            )
         self._observation: Any = None
 
     def apply(self, df: DataFrame) -> DataFrame:
@@ -114,14 +128,16 @@ class Deduplicator:
         if RESULT_COLUMN in df.columns:
             raise ConfigError(f"column {RESULT_COLUMN!r} is reserved by the dedup operator; "
                               "rename it")
-        self.catalog.check_setup()
         spark = df.sparkSession
-        partitions = self.num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions")
-                                                or 200)
+        partitions = self._pinned_layout(df, spark)
         record_id = sf.col(cfg.id_column)
         shard = sf.pmod(sf.xxhash64(record_id), sf.lit(cfg.num_shards)).cast("int")
         sharded = df.repartition(partitions, placement_column(shard, cfg.num_shards, partitions))
-        inputs = [record_id, shard, id_problem_column(record_id)]
+        # The batch's own timestamp (Spark keeps it in the offset log, so every
+        # attempt and every executor of a batch sees the same one) decides late
+        # records and time buckets: a retry decides what the first attempt did.
+        batch_time = sf.current_timestamp().cast("double")
+        inputs = [record_id, shard, id_problem_column(record_id), batch_time]
         if event_time is not None:
             inputs.append(sf.col(event_time).cast("double"))
         decide = partition_udf(PartitionStep(cfg, uuid.uuid4().hex))
@@ -137,6 +153,66 @@ class Deduplicator:
             observed = marked.observe(self._observation, *observed_columns())
         return (observed.filter(sf.col(f"{RESULT_COLUMN}.{STATUS}") == KEPT)
                 .drop(RESULT_COLUMN))
+
+    def _pinned_layout(self, df: DataFrame, spark: SparkSession) -> int:
+        """Record the layout on first use, refuse a changed one; return the partition count.
+
+        The partition count of the operator's shuffle is also the partition
+        count of a sink that follows it, which keys its transactions and
+        checkpoints by partition: a batch retried with another count would lose
+        or repeat records. Like Spark for its own stateful operators, a count
+        taken from ``spark.sql.shuffle.partitions`` is replaced by the recorded
+        one; an explicit ``num_partitions`` that differs is refused.
+        """
+        cfg = self.config
+        explicit = self.num_partitions
+        wanted_partitions = explicit or int(spark.conf.get("spark.sql.shuffle.partitions")
+                                            or 200)
+        strategy = record_id_strategy(df, cfg.id_column)
+        recorded = self.catalog.check_setup({
+            "num_partitions": str(wanted_partitions),
+            "placement": PLACEMENT_SCHEME,
+            "bucket_seconds": str(cfg.retention.bucket_seconds),
+            "id_strategy": strategy,
+        })
+        app = cfg.app_id
+
+        def changed(setting: str, new: str, why: str, fix: str,
+                    label: str = "") -> SettingChangedError:
+            return SettingChangedError(
+                f"app id {app!r}: {label or setting} changed: recorded {recorded.get(setting)}, "
+                f"now {new}; {why}: {fix}, or use a new app id"
+            )
+
+        if recorded.get("placement", PLACEMENT_SCHEME) != PLACEMENT_SCHEME:
+            raise changed("placement", PLACEMENT_SCHEME,
+                          "this release maps IDs to shards and partitions differently",
+                          "run the release that created the app id")
+        if recorded.get("bucket_seconds", str(cfg.retention.bucket_seconds)) != str(
+                cfg.retention.bucket_seconds):
+            raise changed(
+                "bucket_seconds", str(cfg.retention.bucket_seconds),
+                "IDs claimed in the old buckets would never be looked up again and their "
+                "duplicates would pass",
+                f"set RetentionConfig(bucket_seconds={recorded['bucket_seconds']})")
+        if strategy and recorded.get("id_strategy", strategy) != strategy:
+            raise changed(
+                "id_strategy", strategy,
+                "the same records would get other IDs and pass as new",
+                f"derive IDs as before ({recorded['id_strategy']})", label="record id strategy")
+        pinned = int(recorded.get("num_partitions", wanted_partitions))
+        if pinned != wanted_partitions:
+            if explicit is not None:
+                raise SettingChangedError(
+                    f"app id {app!r}: num_partitions changed: recorded {pinned}, now "
+                    f"{explicit}; a sink after the operator keys transactions by partition, "
+                    "so a batch retried with another count would lose or repeat records: pass "
+                    f"num_partitions={pinned} (or leave it unset to reuse it), or use a new "
+                    "app id"
+                )
+            log.warning("dedup app id %r: using its recorded %d shuffle partitions, not "
+                        "spark.sql.shuffle.partitions=%d", app, pinned, wanted_partitions)
+        return pinned
 
     def _install_listener(self, spark: SparkSession) -> None:
         from dedup.gc import DecisionGcListener

@@ -161,7 +161,9 @@ def result_type() -> Any:
 class PartitionStep:
     """Picklable body of the operator's pandas UDF (one call per partition).
 
-    Input batches carry ``(id, shard, problem code[, event seconds])``.
+    Input batches carry ``(id, shard, problem code, batch timestamp[, event seconds])``;
+    the batch timestamp (epoch seconds, the same on every row, attempt and
+    executor of a batch) is the ``now`` of every decision.
     ``static_token`` identifies one batch (non-streaming) DataFrame: task
     retries and re-executions of it replay the same decisions.
     """
@@ -187,11 +189,13 @@ class PartitionStep:
         ids = np.concatenate([s.to_numpy(dtype=object) for s in columns[0]])
         shards = np.concatenate([s.to_numpy() for s in columns[1]])
         problems = np.concatenate([s.to_numpy() for s in columns[2]])
+        now = float(columns[3][0].iloc[0])
         event_seconds = (np.concatenate([s.to_numpy(dtype=np.float64, na_value=np.nan)
-                                         for s in columns[3]]) if len(columns) > 3 else None)
+                                         for s in columns[4]]) if len(columns) > 4 else None)
         result = pd.DataFrame(decide_partition(
             self.config, ids, shards, query_id, str(batch_id), lease_owner, partition,
-            problems=problems, event_seconds=event_seconds), columns=list(RESULT_FIELDS))
+            now=now, problems=problems, event_seconds=event_seconds),
+            columns=list(RESULT_FIELDS))
         for start in range(0, len(result), OUTPUT_CHUNK):
             yield result.iloc[start:start + OUTPUT_CHUNK]
 

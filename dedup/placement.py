@@ -19,6 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+PLACEMENT_SCHEME = "shard=pmod(xxhash64(id),n);partition=spark-murmur3(key)%P;v1"
+"""How IDs map to shards and shards to partitions; recorded per app id, so a
+release that changed either is refused on an existing app id, not silently
+re-sharded."""
+
 _MASK = 0xFFFFFFFF
 _SEED = 42
 

@@ -60,7 +60,7 @@ def attach_record_id(
     """
     from pyspark.sql import functions as sf
 
-    from dedup.ids import with_record_id
+    from dedup.ids import tag_record_id, with_record_id
 
     name = normalize_strategy(strategy)
     if name == "none":
@@ -76,11 +76,12 @@ def attach_record_id(
                               output_column=output_column)
     if name == "key":
         _require(df, "key", name)
-        return df.withColumn(output_column, sf.col("key").cast("string"))
+        return tag_record_id(df, output_column, sf.col("key").cast("string"), "kafka-key")
     _require(df, "headers", name)
     # headers is array<struct<key: string, value: binary>>; take the first match.
     matching = sf.filter(sf.col("headers"), lambda h: h["key"] == sf.lit(header))
-    return df.withColumn(output_column, sf.element_at(matching, 1)["value"].cast("string"))
+    return tag_record_id(df, output_column, sf.element_at(matching, 1)["value"].cast("string"),
+                         f"header:{header}")
 
 
 def _require(df: DataFrame, column: str, strategy: str) -> None:

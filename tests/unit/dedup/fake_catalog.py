@@ -33,7 +33,7 @@ class FakeCatalog:
     def shard(self, shard: int) -> FakeShard:
         return self.shards.setdefault(shard, FakeShard())
 
-    def claim(self, shard: int, decision: str, tag: tuple[str, int] | None,
+    def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[str], positives: list[str], lease_owner: str,
               now: float) -> ClaimReply:
         self.calls += 1

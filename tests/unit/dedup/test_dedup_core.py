@@ -93,7 +93,7 @@ def test_bloom_filter_wrapper() -> None:
     assert bf.has_room(5) and not bf.has_room(7)
     assert not bf.add_all([f"x{i}" for i in range(20)])  # full: reported, not raised
     bf.retag("e2", 5)
-    assert bf.tag == ("e2", 5)
+    assert bf.tag == ("e2", 5, "")
     cache = FilterCache()
     cache.put("a", 1, bf)
     assert cache.get("a", 1) is bf and cache.get("a", 2) is None

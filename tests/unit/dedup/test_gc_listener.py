@@ -15,7 +15,15 @@ class RecordingCatalog:
     def __init__(self, fail: bool = False) -> None:
         self.collected: list[tuple[str, int]] = []
         self.released: list[str] = []
+        self.renewed: list[str] = []
         self.fail = fail
+        self.config = SimpleNamespace(allow_shared_app_id=False)
+
+    def take_lease(self, query_id: str) -> int:
+        if self.fail:
+            raise CatalogUnavailableError("redis down")
+        self.renewed.append(query_id)
+        return 1
 
     def collect_garbage(self, query_id: str, batch_id: int) -> int:
         if self.fail:
@@ -71,3 +79,12 @@ def test_watching_twice_keeps_one_entry_the_newest() -> None:
     listener.watch("dedup_a", new)  # type: ignore[arg-type]
     listener.onQueryProgress(progress("q1", 2, "dedup_a"))
     assert listener.watched == ["dedup_a"] and new.collected == [("q1", 2)] and not old.collected
+
+
+def test_progress_and_idle_events_renew_the_lease_of_the_apps_the_query_runs() -> None:
+    a, b = RecordingCatalog(), RecordingCatalog()
+    listener = listener_with(dedup_a=a, dedup_b=b)
+    listener.onQueryProgress(progress("q1", 0, "dedup_a"))
+    listener.onQueryIdle(SimpleNamespace(id="q1"))
+    listener.onQueryIdle(SimpleNamespace(id="q-unknown"))
+    assert a.renewed == ["q1", "q1"] and b.renewed == []

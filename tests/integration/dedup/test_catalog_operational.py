@@ -1,0 +1,130 @@
+"""The catalog under operational faults, against the real Redis and Lua scripts (no Spark).
+
+* Redis rolls back (``appendfsync everysec`` and a crash, or failover to a
+  lagging replica) and moves forward again: a Bloom filter tagged with the
+  lost state must not be trusted.
+* Clocks disagree across a bucket boundary: an ID written into bucket k+1 by
+  a fast clock must be found by a slow clock that looks at bucket k.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from dedup import (
+    BloomConfig,
+    DedupConfig,
+    RedisCatalog,
+    RedisConfig,
+    RetentionConfig,
+    ShardClaimer,
+)
+from dedup.bloom import FilterCache
+
+pytestmark = [pytest.mark.integration, pytest.mark.redis]
+
+
+def make_config(redis_url: str, **changes: Any) -> DedupConfig:
+    return DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=1,
+                       **changes)
+
+
+def claimer(cfg: DedupConfig) -> ShardClaimer:
+    """One simulated Python worker: its own Bloom filter cache."""
+    return ShardClaimer(cfg, RedisCatalog(cfg), FilterCache())
+
+
+def keys_of(client: Any, app_id: str) -> list[bytes]:
+    return sorted(client.scan_iter(match=f"dedup:{{{app_id}*"))
+
+
+def test_filter_tagged_before_a_rollback_is_not_trusted(redis_url: str) -> None:
+    cfg = make_config(redis_url, bloom=BloomConfig(capacity=1000, error_rate=0.01))
+    client = redis.Redis.from_url(redis_url)
+    worker_a = claimer(cfg)
+    worker_b = claimer(cfg)
+    now = 1_800_000_000.0
+    assert worker_a.claim("q", 0, 0, ["x1"], now=now).keep.tolist() == [True]
+    # What a replica that lags one claim behind holds (or an AOF that lost the last second).
+    saved = {key: client.dump(key) for key in keys_of(client, cfg.app_id)}
+    assert worker_a.claim("q", 1, 0, ["x2"], now=now).keep.tolist() == [True]
+    # Failover to that replica: the state goes back to before x2.
+    for key in keys_of(client, cfg.app_id):
+        client.delete(key)
+    for key, blob in saved.items():
+        client.restore(key, 0, blob, replace=True)
+    # Another worker claims x3: the shard moves forward to the same version number.
+    assert worker_b.claim("q", 2, 0, ["x3"], now=now).keep.tolist() == [True]
+    # Worker A's filter carries the old tag of that version number, without x3.
+    outcome = worker_a.claim("q", 3, 0, ["x3"], now=now)
+    assert outcome.keep.tolist() == [False], \
+        "a filter tagged before the rollback was trusted: duplicate x3 kept"
+
+
+def test_id_in_the_next_bucket_is_found_by_a_slower_clock(redis_url: str) -> None:
+    retention = RetentionConfig(horizon_seconds=3600, bucket_seconds=60)
+    cfg = make_config(redis_url, retention=retention, bloom=BloomConfig(enabled=False))
+    boundary = 1_800_000_000 // 60 * 60 + 60.0
+    fast, slow = claimer(cfg), claimer(cfg)
+    # A fast clock already in bucket k+1 claims x; a slow one, still in k, sees x again.
+    assert fast.claim("q", 0, 0, ["x"], now=boundary + 0.5).keep.tolist() == [True]
+    outcome = slow.claim("q", 1, 0, ["x"], now=boundary - 0.5)
+    assert outcome.keep.tolist() == [False], "duplicate kept across a bucket boundary"
+
+
+def test_redis_that_evicts_keys_is_refused_and_a_full_one_fails_closed(tmp_path: Any) -> None:
+    from dedup import CatalogStateError, UnsafeSettingError
+    from dedup.local.services import RedisServer
+
+    with RedisServer(tmp_path / "redis-lru") as server:
+        client = redis.Redis.from_url(server.url)
+        client.config_set("maxmemory", "50mb")
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        cfg = make_config(server.url)
+        with pytest.raises(UnsafeSettingError, match=r"maxmemory-policy=allkeys-lru.*noeviction"):
+            RedisCatalog(cfg).check_setup()
+        # At maxmemory with noeviction a claim is refused by Redis: the batch fails.
+        client.config_set("maxmemory-policy", "noeviction")
+        RedisCatalog(cfg).check_setup()
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory", str(used + 1024))
+        ids = [f"id-{i:06d}-{'x' * 40}" for i in range(20_000)]
+        with pytest.raises(CatalogStateError, match="maxmemory"):
+            claimer(cfg).claim("q", 0, 0, ids, now=1_800_000_000.0)
+
+
+def test_a_second_pipeline_claims_no_shard_while_the_first_holds_the_app_id(
+        redis_url: str) -> None:
+    """The lease is the app id's, not a shard's: pipeline B may not claim shard 1 because
+    pipeline A so far only claimed shard 0 (B's claims would later drop A's records)."""
+    from dedup import AppIdInUseError
+
+    cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
+                      lease_seconds=60)
+    first, second = claimer(cfg), claimer(cfg)
+    first.claim("query-a", 0, 0, ["a"], "query-a", now=1_800_000_000.0)
+    with pytest.raises(AppIdInUseError, match="query-a"):
+        second.claim("query-b", 0, 1, ["b"], "query-b", now=1_800_000_000.0)
+    client = redis.Redis.from_url(redis_url)
+    assert not any(client.smembers(key) for key in client.scan_iter(
+        match=f"dedup:{{{cfg.app_id}:s1}}:ids:*")), "pipeline B claimed IDs on shard 1"
+
+
+def test_a_fenced_pipeline_cannot_claim_after_another_took_over(redis_url: str) -> None:
+    """A's lease lapsed (A paused), B took the app id over; A's next claim is fenced."""
+    from dedup import AppIdInUseError
+
+    cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=1,
+                      lease_seconds=1)
+    paused, successor = claimer(cfg), claimer(cfg)
+    paused.claim("query-a", 0, 0, ["a"], "query-a", now=1_800_000_000.0)
+    import time
+
+    time.sleep(1.2)  # A's lease lapses
+    successor.claim("query-b", 0, 0, ["b"], "query-b", now=1_800_000_000.0)
+    with pytest.raises(AppIdInUseError, match="query-b"):
+        paused.claim("query-a", 1, 0, ["c"], "query-a", now=1_800_000_000.0)

@@ -1,0 +1,215 @@
+"""What an operator changes between runs of one app id: reused exactly, or refused.
+
+Every setting that decides where a row goes (shuffle partitions of the
+operator, shard count, bucket width, the record ID strategy) is recorded
+per app id on first use. A restart with another value either reuses the
+recorded one (the session's ``spark.sql.shuffle.partitions``, as Spark does
+for its own stateful operators) or is refused at start with a message
+naming the setting, the recorded and the new value. Decisions are made with
+the batch's own timestamp, so a retry decides what the first attempt did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sinks
+from dedup import ConfigError, DedupConfig, Deduplicator, RedisConfig, RetentionConfig
+from dedup.constants import DEFAULT_ID_COLUMN
+from dedup.failpoints import arm, fired
+from dedup.ids import with_record_id
+from tests.integration.sinks.pipeline import (
+    check_exact,
+    fill_input,
+    run_to_end,
+    sink_options,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.redis]
+
+
+@contextmanager
+def shuffle_partitions(spark: Any, count: int) -> Iterator[None]:
+    """Run with ``spark.sql.shuffle.partitions`` set to ``count``, then restore it."""
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(count))
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+
+
+def exchange_partitions(df: Any) -> list[int]:
+    """Partition counts of every shuffle in ``df``'s physical plan."""
+    import re
+
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    return [int(n) for n in re.findall(r",\s*(\d+)\),\s*REPARTITION_BY_NUM", plan)]
+
+
+def small_frame(spark: Any, strategy: str = "column") -> Any:
+    df = spark.createDataFrame([(f"id-{i}", i) for i in range(40)], "k string, v int")
+    if strategy == "column":
+        return with_record_id(df, strategy="column", column="k")
+    return with_record_id(df, strategy="hash", columns=["k"])
+
+
+def config(app_id: str, redis_url: str, **changes: Any) -> DedupConfig:
+    return DedupConfig(app_id=app_id, redis=RedisConfig(redis_url), num_shards=3, **changes)
+
+
+def test_changed_session_shuffle_partitions_reuse_the_recorded_count(
+        spark: Any, redis_url: str, app_id: str) -> None:
+    first = Deduplicator(config(app_id, redis_url)).apply(small_frame(spark))
+    assert exchange_partitions(first) == [4]
+    with shuffle_partitions(spark, 2):
+        again = Deduplicator(config(app_id, redis_url)).apply(small_frame(spark))
+        assert exchange_partitions(again) == [4], \
+            "a restart with other shuffle partitions must keep the operator's recorded count"
+
+
+def test_explicit_other_partition_count_is_refused(spark: Any, redis_url: str,
+                                                   app_id: str) -> None:
+    Deduplicator(config(app_id, redis_url), num_partitions=4).apply(small_frame(spark))
+    with pytest.raises(ConfigError, match=r"num_partitions.*recorded 4.*now 2"):
+        Deduplicator(config(app_id, redis_url), num_partitions=2).apply(small_frame(spark))
+
+
+def test_changed_bucket_width_is_refused(spark: Any, redis_url: str, app_id: str) -> None:
+    day = RetentionConfig(horizon_seconds=7 * 86400, bucket_seconds=86400)
+    hour = RetentionConfig(horizon_seconds=7 * 86400, bucket_seconds=3600)
+    Deduplicator(config(app_id, redis_url, retention=day)).apply(small_frame(spark))
+    with pytest.raises(ConfigError, match=r"bucket_seconds.*recorded 86400.*now 3600"):
+        Deduplicator(config(app_id, redis_url, retention=hour)).apply(small_frame(spark))
+
+
+def test_changed_record_id_strategy_is_refused(spark: Any, redis_url: str,
+                                               app_id: str) -> None:
+    Deduplicator(config(app_id, redis_url)).apply(small_frame(spark, "column"))
+    with pytest.raises(ConfigError, match=r"record id strategy.*recorded.*column.*now.*hash"):
+        Deduplicator(config(app_id, redis_url)).apply(small_frame(spark, "hash"))
+
+
+def test_retry_after_the_horizon_passed_decides_as_the_first_attempt(
+        spark: Any, redis_url: str, app_id: str) -> None:
+    """``late_policy`` uses the batch's timestamp, not each attempt's wall clock."""
+    from pyspark import TaskContext
+    from pyspark.sql import functions as sf
+    from pyspark.sql.types import IntegerType
+
+    horizon = 10
+    retention = RetentionConfig(horizon_seconds=horizon, bucket_seconds=1,
+                                event_time_column="ts", late_policy="drop")
+    cfg = DedupConfig(app_id=app_id, redis=RedisConfig(redis_url), num_shards=1,
+                      retention=retention)
+    start = time.time()
+    # Not late when the batch starts (3 s to spare), late when the retry runs.
+    rows = [(f"id-{i}", start - horizon + 3) for i in range(5)]
+    df = spark.createDataFrame(rows, "k string, ts double")
+    df = with_record_id(df, strategy="column", column="k")
+    kept = Deduplicator(cfg, num_partitions=1).apply(df)
+
+    def fail_first_attempt(value: int) -> int:
+        context = TaskContext.get()
+        if context is not None and context.attemptNumber() == 0:
+            time.sleep(6)  # past the moment the rows turn late
+            raise RuntimeError("injected: first attempt fails after the dedup decision")
+        return value
+
+    probe = sf.udf(fail_first_attempt, IntegerType()).asNondeterministic()
+    out = kept.withColumn("probe", probe(sf.lit(1))).select(DEFAULT_ID_COLUMN).collect()
+    assert time.time() - start > 6, "the retry did not run after the rows turned late"
+    assert sorted(r[0] for r in out) == [f"id-{i}" for i in range(5)]
+
+
+@pytest.mark.kafka
+def test_restart_with_fewer_shuffle_partitions_after_a_partial_batch_is_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
+        tmp_path: Path) -> None:
+    """Batch 1 committed on some sink partitions, then a restart with 2 instead of 4."""
+    from pyspark.sql import functions as sf
+
+    sinks.register(spark)
+    faults = str(tmp_path / "faults")
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=400, duplicates=40)
+
+    def stream() -> Any:
+        df = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", kafka_bootstrap)
+              .option("subscribe", topics.source).option("startingOffsets", "earliest")
+              .option("kafka.isolation.level", "read_committed")
+              .option("maxOffsetsPerTrigger", "150").load()
+              .select(sf.col("key").cast("string").alias("key"),
+                      sf.col("value").cast("string").alias("value")))
+        df = with_record_id(df, strategy="column", column="key")
+        # No repartition after dedup: the sink's partitions are the operator's.
+        return Deduplicator(DedupConfig(app_id=app_id, redis=RedisConfig(redis_url),
+                                        num_shards=8)).apply(df)
+
+    # Partition 3 of batch 1 stalls before its Kafka commit; the others commit.
+    arm(faults, "sink.after_checkpoint", "sleep", match={"batch": 1, "partition": 3},
+        seconds=30)
+    options = sink_options(kafka_bootstrap, topics, app_id, redis_url, faults)
+    query = (stream().writeStream.format("exactly_once_kafka").options(**options)
+             .option("checkpointLocation", tmp_checkpoint)
+             .trigger(processingTime="1 second").start())
+    try:
+        assert wait_for(lambda: bool(fired(faults, "sink.after_checkpoint")), timeout=120), \
+            "the stalled fail-point never fired"
+        time.sleep(4.0)  # partitions 0-2 of batch 1 finish their commits
+    finally:
+        query.stop()
+    with shuffle_partitions(spark, 2):
+        run_to_end(stream(), sink_options(kafka_bootstrap, topics, app_id, redis_url),
+                   tmp_checkpoint)
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), report.summary()
+    assert report.ok, report.summary()
+
+
+def test_two_dedup_steps_with_one_app_id_in_one_batch_are_refused(
+        spark: Any, redis_url: str, app_id: str, tmp_path: Path) -> None:
+    """Inside ``foreachBatch`` both steps run as batch ``b`` of the same query."""
+    import json
+
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "0.json").write_text("\n".join(
+        json.dumps({"k": f"{side}{i}"}) for side in "ab" for i in range(10)) + "\n")
+    cfg = DedupConfig(app_id=app_id, redis=RedisConfig(redis_url), num_shards=1)
+    seen: dict[str, int] = {}
+
+    def both(batch_df: Any, batch_id: int) -> None:
+        ids = with_record_id(batch_df, strategy="column", column="k")
+        first = Deduplicator(cfg, num_partitions=1).apply(ids.filter("k like 'a%'"))
+        second = Deduplicator(cfg, num_partitions=1).apply(ids.filter("k like 'b%'"))
+        seen["first"] = first.count()
+        seen["second"] = second.count()
+
+    stream = spark.readStream.schema("k string").json(str(source))
+    query = (stream.writeStream.foreachBatch(both)
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    with contextlib.suppress(Exception):  # a failed query raises here; inspected below
+        query.awaitTermination(120)
+    assert not query.isActive, "the query did not end"
+    error = query.exception()
+    # Silently dropping the second step's 10 new IDs is the failure; a refusal is fine.
+    assert error is not None, f"not refused; rows kept per step: {seen}"
+    assert "recorded for other IDs" in str(error), str(error)[-2000:]
+
+
+def test_app_ids_with_one_metric_name_are_refused(spark: Any, redis_url: str,
+                                                  app_id: str) -> None:
+    dotted, underscored = f"{app_id}.x", f"{app_id}_x"
+    Deduplicator(DedupConfig(dotted, RedisConfig(redis_url))).apply(small_frame(spark))
+    with pytest.raises(ConfigError, match=r"metric name"):
+        Deduplicator(DedupConfig(underscored, RedisConfig(redis_url))).apply(small_frame(spark))
