@@ -19,7 +19,7 @@ from typing import Any
 
 from dedup.exceptions import ServiceError
 from dedup.local.paths import cache_dir
-from dedup.local.services import KafkaBroker, RedisServer
+from dedup.local.services import KafkaBroker, RedisServer, process_alive
 
 STOP_TIMEOUT = 20.0
 
@@ -49,23 +49,6 @@ def _write_state(state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) still answers kill(0).
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
-
-
 def _port_free(port: int | None) -> bool:
     if not port:
         return False
@@ -82,8 +65,8 @@ def service_addresses() -> tuple[str | None, str | None]:
     state = read_state()
     redis = state.get("redis", {})
     kafka = state.get("kafka", {})
-    return (redis.get("url") if pid_alive(redis.get("pid")) else None,
-            kafka.get("bootstrap") if pid_alive(kafka.get("pid")) else None)
+    return (redis.get("url") if process_alive(redis.get("pid")) else None,
+            kafka.get("bootstrap") if process_alive(kafka.get("pid")) else None)
 
 
 def services_up(say: Any = print) -> dict[str, Any]:
@@ -91,7 +74,7 @@ def services_up(say: Any = print) -> dict[str, Any]:
     state = read_state()
     base = services_dir()
     redis_state = state.get("redis", {})
-    if pid_alive(redis_state.get("pid")):
+    if process_alive(redis_state.get("pid")):
         say(f"redis already running: {redis_state['url']} (pid {redis_state['pid']})")
     else:
         port = redis_state.get("port") if _port_free(redis_state.get("port")) else None
@@ -103,7 +86,7 @@ def services_up(say: Any = print) -> dict[str, Any]:
     state["redis"] = redis_state
     _write_state(state)
     kafka_state = state.get("kafka", {})
-    if pid_alive(kafka_state.get("pid")):
+    if process_alive(kafka_state.get("pid")):
         say(f"kafka already running: {kafka_state['bootstrap']} (pid {kafka_state['pid']})")
     else:
         ports = (kafka_state.get("port"), kafka_state.get("controller_port"))
@@ -130,15 +113,15 @@ def _stop_pid(pid: int, timeout: float = STOP_TIMEOUT) -> None:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not pid_alive(pid):
+        if not process_alive(pid):
             return
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while pid_alive(pid) and time.monotonic() < deadline:
+    while process_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if pid_alive(pid):
+    if process_alive(pid):
         raise ServiceError(f"process {pid} survived SIGKILL; stop it by hand")
 
 
@@ -151,7 +134,7 @@ def services_down(say: Any = print) -> None:
     # Kafka first: it may still write transaction markers while Redis is up.
     for name in ("kafka", "redis"):
         pid = state.get(name, {}).get("pid")
-        if pid_alive(pid):
+        if process_alive(pid):
             _stop_pid(int(pid))
             say(f"{name} stopped (pid {pid})")
         else:
@@ -167,5 +150,5 @@ def services_status() -> list[tuple[str, str, int | None, bool]]:
     for name, key in (("redis", "url"), ("kafka", "bootstrap")):
         entry = state.get(name, {})
         rows.append((name, str(entry.get(key, "-")), entry.get("pid"),
-                     pid_alive(entry.get("pid"))))
+                     process_alive(entry.get("pid"))))
     return rows

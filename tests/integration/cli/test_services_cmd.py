@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dedup.cli.services import pid_alive
+from dedup.local.services import process_alive
 from tests.integration.cli.jars import jar_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
@@ -31,7 +31,7 @@ def test_up_status_verify_down(tmp_path: Path) -> None:
         state = json.loads(state_file.read_text())
         pids = [state["redis"]["pid"], state["kafka"]["pid"]]
         # They outlive the command that started them.
-        assert all(pid_alive(pid) for pid in pids)
+        assert all(process_alive(pid) for pid in pids)
         status = _dedup(["services", "status"], env)
         assert status.returncode == 0 and status.stdout.count("running") == 2
         again = _dedup(["services", "up"], env)
@@ -42,11 +42,11 @@ def test_up_status_verify_down(tmp_path: Path) -> None:
         assert "observed 0" in audit.stdout
         down = _dedup(["services", "down"], env)
         assert down.returncode == 0, down.stdout + down.stderr
-        assert not any(pid_alive(pid) for pid in pids)
+        assert not any(process_alive(pid) for pid in pids)
         assert _dedup(["services", "status"], env).returncode == 3
     finally:
         if state_file.exists():
             for entry in json.loads(state_file.read_text()).values():
                 pid = entry.get("pid") if isinstance(entry, dict) else None
-                if pid_alive(pid):
+                if process_alive(pid):
                     os.kill(pid, 9)
