@@ -133,6 +133,14 @@ def test_up_status_verify_down(services_env: dict[str, str]) -> None:
     assert down.returncode == 0, down.stdout + down.stderr
     assert not any(process_alive(pid) for pid in pids)
     assert _dedup(["services", "status"], env).returncode == 3
+    # down keeps the data and the ports, so the next up comes back with both.
+    data_dirs = [Path(state[name]["data_dir"]) for name in ("redis", "kafka")]
+    assert (data_dirs[1] / "logs" / "meta.properties").is_file()
+    assert _ports(_state()) == _ports(state)
+    purge = _dedup(["services", "down", "--purge"], env)
+    assert purge.returncode == 0, purge.stdout + purge.stderr
+    assert not any(path.exists() for path in data_dirs)
+    assert not {"redis", "kafka"} & set(_state())
 
 
 def test_up_after_kill_9_restarts_on_the_recorded_ports_and_keeps_the_data(
