@@ -181,7 +181,7 @@ def test_up_refuses_a_recorded_port_held_by_another_process_and_keeps_the_data(
     redis_port, kafka_port, controller_port = _ports(before)
     kafka_data = Path(before["kafka"]["data_dir"])
     # Wait 2 s, not the default minute and a half, for a port that stays taken.
-    monkeypatch.setattr(services, "PORT_WAIT_SECONDS", 2.0, raising=False)
+    monkeypatch.setattr(services, "PORT_WAIT_SECONDS", 2.0)
     said: list[str] = []
 
     with _listening(redis_port), pytest.raises(ServiceError) as refused:
