@@ -19,9 +19,14 @@ from typing import Any
 
 from dedup.exceptions import ServiceError
 from dedup.local.paths import cache_dir
-from dedup.local.services import KafkaBroker, RedisServer
+from dedup.local.services import KafkaBroker, RedisServer, process_alive
 
 STOP_TIMEOUT = 20.0
+# A killed server's connections linger on its port for about a minute (FIN-WAIT-2,
+# then TIME-WAIT). port_bindable() binds through those as the servers do, so the
+# wait is for a port some other process holds for a while, then it refuses.
+PORT_WAIT_SECONDS = 90.0
+PORT_PROGRESS_EVERY = 15.0
 
 
 def services_dir() -> Path:
@@ -49,27 +54,25 @@ def _write_state(state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) still answers kill(0).
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
+def port_bindable(port: int) -> bool:
+    """Whether a server could listen on ``127.0.0.1:port`` now.
 
+    Binds with SO_REUSEADDR, as redis-server and the JVM's listeners do: the
+    connections a killed server leaves behind in FIN-WAIT-2 / TIME-WAIT for
+    about a minute do not stop them, a live listener on the port does.
 
-def _port_free(port: int | None) -> bool:
-    if not port:
-        return False
+    Parameters
+    ----------
+    port:
+        TCP port on the loopback address.
+
+    Returns
+    -------
+    bool
+        True when the bind succeeds (the socket is closed again at once).
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -77,46 +80,132 @@ def _port_free(port: int | None) -> bool:
     return True
 
 
+def _await_ports(name: str, ports: dict[str, int], say: Any, timeout: float) -> None:
+    """Wait until every recorded port of ``name`` is bindable, or refuse."""
+    deadline = time.monotonic() + timeout
+    next_progress = time.monotonic()
+    while True:
+        taken = [(label, port) for label, port in ports.items() if not port_bindable(port)]
+        now = time.monotonic()
+        if not taken:
+            return
+        label, port = taken[0]
+        if now >= deadline:
+            raise ServiceError(
+                f"{name} cannot restart: its recorded {label} {port} on 127.0.0.1 is "
+                f"still taken by another process after {timeout:.0f} s; stop that process "
+                f"(ss -ltnp names it) and run `dedup services up` again, or run "
+                f"`dedup services down --purge` to delete the redis and kafka data and "
+                f"start afresh on new ports"
+            )
+        if now >= next_progress:
+            say(f"waiting up to {deadline - now:.0f} s for {name}'s {label} {port} "
+                f"to be free (taken, or lingering after a crash)...")
+            next_progress = now + PORT_PROGRESS_EVERY
+        time.sleep(min(0.5, deadline - now))
+
+
+def _recorded_ports(name: str, entry: dict[str, Any], labels: dict[str, str]) -> dict[str, int]:
+    """``{label: port}`` that ``services up`` recorded for ``name``; ``{}`` if it never did."""
+    if not entry:
+        return {}
+    ports: dict[str, int] = {}
+    for key, label in labels.items():
+        port = entry.get(key)
+        if not isinstance(port, int) or port <= 0:
+            raise ServiceError(
+                f"{state_path()} records {name} without a valid {label}; its data is bound to "
+                f"its ports, so run `dedup services down --purge` to delete it and start afresh"
+            )
+        ports[label] = port
+    return ports
+
+
+def _start(service: Any) -> Any:
+    """``service.start()``; a service that fails to get ready is stopped, not left behind."""
+    try:
+        return service.start()
+    except BaseException:
+        # Started to outlive this command, nobody else would ever stop it.
+        service.stop()
+        raise
+
+
 def service_addresses() -> tuple[str | None, str | None]:
     """``(redis_url, kafka_bootstrap)`` of running services from the state file."""
     state = read_state()
     redis = state.get("redis", {})
     kafka = state.get("kafka", {})
-    return (redis.get("url") if pid_alive(redis.get("pid")) else None,
-            kafka.get("bootstrap") if pid_alive(kafka.get("pid")) else None)
+    return (redis.get("url") if process_alive(redis.get("pid")) else None,
+            kafka.get("bootstrap") if process_alive(kafka.get("pid")) else None)
 
 
 def services_up(say: Any = print) -> dict[str, Any]:
-    """Start Redis (AOF, fsync always) and Kafka unless they run already. Safe to repeat."""
+    """Start Redis (AOF, fsync always) and Kafka unless they run already. Safe to repeat.
+
+    A service recorded in the state file comes back on its recorded ports with
+    its data: after a crash those ports may linger for about a minute, so it
+    waits up to :data:`PORT_WAIT_SECONDS` for them. Never picks new ports for a
+    recorded service and never deletes its data (only ``services_down(purge=True)``
+    does).
+
+    Parameters
+    ----------
+    say:
+        Receives one progress line at a time.
+
+    Returns
+    -------
+    dict
+        The state written to :func:`state_path`.
+
+    Raises
+    ------
+    ServiceError
+        A recorded port is still taken by another process after the wait, or a
+        service did not start (it is stopped again).
+    """
     state = read_state()
     base = services_dir()
     redis_state = state.get("redis", {})
-    if pid_alive(redis_state.get("pid")):
+    if process_alive(redis_state.get("pid")):
         say(f"redis already running: {redis_state['url']} (pid {redis_state['pid']})")
     else:
-        port = redis_state.get("port") if _port_free(redis_state.get("port")) else None
-        redis = RedisServer(base / "redis", port=port, appendonly=True, appendfsync="always",
-                            die_with_parent=False).start()
-        redis_state = {"url": redis.url, "port": redis.port, "pid": redis.pid,
-                       "data_dir": str(redis.data_dir)}
+        ports = _recorded_ports("redis", redis_state, {"port": "port"})
+        _await_ports("redis", ports, say, PORT_WAIT_SECONDS)
+        redis = RedisServer(base / "redis", port=ports.get("port"), appendonly=True,
+                            appendfsync="always", die_with_parent=False)
+        # Ports and folder are recorded before the start: a start that fails
+        # half way leaves data that belongs to these ports, never unrecorded.
+        state["redis"] = {"url": redis.url, "port": redis.port, "data_dir": str(redis.data_dir)}
+        _write_state(state)
+        _start(redis)
+        redis_state = {**state["redis"], "pid": redis.pid}
         say(f"redis started: {redis.url} (pid {redis.pid}, AOF always)")
     state["redis"] = redis_state
     _write_state(state)
     kafka_state = state.get("kafka", {})
-    if pid_alive(kafka_state.get("pid")):
+    if process_alive(kafka_state.get("pid")):
         say(f"kafka already running: {kafka_state['bootstrap']} (pid {kafka_state['pid']})")
     else:
-        ports = (kafka_state.get("port"), kafka_state.get("controller_port"))
-        if not all(_port_free(p) for p in ports):
-            # The KRaft metadata names the controller's address: new ports, new storage.
-            shutil.rmtree(base / "kafka", ignore_errors=True)
-            ports = (None, None)
+        ports = _recorded_ports("kafka", kafka_state, {"port": "listener port",
+                                                       "controller_port": "controller port"})
+        if not ports and (base / "kafka" / "logs" / "meta.properties").exists():
+            # Not ours to delete, and its KRaft metadata belongs to ports we do not know.
+            raise ServiceError(
+                f"{base / 'kafka'} holds a Kafka broker's data but {state_path()} records no "
+                f"ports for it; move or delete that folder to start afresh"
+            )
+        _await_ports("kafka", ports, say, PORT_WAIT_SECONDS)
+        broker = KafkaBroker(base / "kafka", port=ports.get("listener port"),
+                             controller_port=ports.get("controller port"), die_with_parent=False)
+        state["kafka"] = {"bootstrap": broker.bootstrap_servers, "port": broker.port,
+                          "controller_port": broker.controller_port,
+                          "data_dir": str(broker.data_dir)}
+        _write_state(state)
         say("starting kafka (about 10-30 s)...")
-        broker = KafkaBroker(base / "kafka", port=ports[0], controller_port=ports[1],
-                             die_with_parent=False).start()
-        kafka_state = {"bootstrap": broker.bootstrap_servers, "port": broker.port,
-                       "controller_port": broker.controller_port, "pid": broker.pid,
-                       "data_dir": str(broker.data_dir)}
+        _start(broker)
+        kafka_state = {**state["kafka"], "pid": broker.pid}
         say(f"kafka started: {broker.bootstrap_servers} (pid {broker.pid})")
     state["kafka"] = kafka_state
     state["updated_at"] = time.time()
@@ -130,20 +219,37 @@ def _stop_pid(pid: int, timeout: float = STOP_TIMEOUT) -> None:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not pid_alive(pid):
+        if not process_alive(pid):
             return
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while pid_alive(pid) and time.monotonic() < deadline:
+    while process_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if pid_alive(pid):
+    if process_alive(pid):
         raise ServiceError(f"process {pid} survived SIGKILL; stop it by hand")
 
 
-def services_down(say: Any = print) -> None:
-    """Stop the services of the state file (SIGTERM, then SIGKILL). Safe to repeat."""
+def services_down(say: Any = print, purge: bool = False) -> None:
+    """Stop the services of the state file (SIGTERM, then SIGKILL). Safe to repeat.
+
+    Parameters
+    ----------
+    say:
+        Receives one progress line at a time.
+    purge:
+        Also delete the data folders the state file records (every topic, key
+        and offset in them) and forget their ports, so the next ``up`` starts
+        afresh on new ports. Without it, data and ports are kept for the next
+        ``up``.
+
+    Raises
+    ------
+    ServiceError
+        A process survived SIGKILL, or ``purge`` was asked for a recorded data
+        folder outside :func:`services_dir` (nothing is deleted then).
+    """
     state = read_state()
     if not state:
         say("no services were started (no state file)")
@@ -151,12 +257,40 @@ def services_down(say: Any = print) -> None:
     # Kafka first: it may still write transaction markers while Redis is up.
     for name in ("kafka", "redis"):
         pid = state.get(name, {}).get("pid")
-        if pid_alive(pid):
+        if process_alive(pid):
             _stop_pid(int(pid))
             say(f"{name} stopped (pid {pid})")
         else:
             say(f"{name} not running")
         state.get(name, {}).pop("pid", None)
+    _write_state(state)
+    folders = {name: state[name].get("data_dir") for name in ("kafka", "redis")
+               if isinstance(state.get(name), dict)}
+    if not purge:
+        for name, folder in folders.items():
+            if folder:
+                say(f"{name} data kept in {folder} (`dedup services down --purge` deletes it)")
+        return
+    base = services_dir().resolve()
+    doomed = []
+    # Check every folder before deleting any: all or nothing.
+    for name, folder in folders.items():
+        if not folder:
+            continue
+        path = Path(folder).resolve()
+        if base not in path.parents:
+            raise ServiceError(
+                f"refusing to purge {name}: its recorded data folder {folder} is not inside "
+                f"{base}, so `dedup services up` did not create it; delete it by hand if it is "
+                f"yours"
+            )
+        doomed.append((name, path))
+    for name, path in doomed:
+        if path.exists():
+            shutil.rmtree(path)
+        say(f"{name} data deleted: {path}")
+    for name in folders:
+        del state[name]
     _write_state(state)
 
 
@@ -167,5 +301,5 @@ def services_status() -> list[tuple[str, str, int | None, bool]]:
     for name, key in (("redis", "url"), ("kafka", "bootstrap")):
         entry = state.get(name, {})
         rows.append((name, str(entry.get(key, "-")), entry.get("pid"),
-                     pid_alive(entry.get("pid"))))
+                     process_alive(entry.get("pid"))))
     return rows

@@ -44,16 +44,38 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+def process_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` runs.
+
+    Parameters
+    ----------
+    pid:
+        Process id; ``None``, 0 and negative ids (process groups to ``kill``)
+        are never alive.
+
+    Returns
+    -------
+    bool
+        True for a running process, also one this user may not signal (it
+        exists); False for a process that is gone or a zombie (exited, not yet
+        reaped: it holds no port and no file any more).
+    """
+    if not pid or pid < 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
+    except PermissionError:
+        pass  # it exists, owned by another user
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False  # exited and reaped since the kill(0)
     except OSError:
-        return False
+        return True  # no /proc to look at: trust kill(0)
+    # The state follows the last ")": the command name may hold spaces and ")".
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _die_with_parent() -> None:
