@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from dedup import __version__
+from dedup.cli.errors import exception_texts, find_toolkit_error
 from dedup.exceptions import ConfigError, DedupError
 
 EXIT_RUNTIME = 1
@@ -70,10 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         # Spark wraps errors of the query (and of our code on its workers) in
-        # Java exceptions with pages of stack trace: show the root cause only.
+        # Java exceptions with pages of stack trace, sometimes with our error
+        # only in the cause chain: show our error's own line, else the root cause.
         if args.debug or not _from_spark(exc):
             raise
-        _error(f"the Spark query failed: {spark_root_cause(str(exc))} "
+        texts = exception_texts(exc)
+        found = find_toolkit_error(texts)
+        if found is not None:
+            _error(found.line)
+            return EXIT_RUNTIME
+        _error(f"the Spark query failed: {spark_root_cause(texts[0] if texts else '')} "
                "(rerun with --debug for the full trace)")
         return EXIT_RUNTIME
 

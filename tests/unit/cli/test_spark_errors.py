@@ -92,3 +92,36 @@ def test_an_unknown_spark_error_keeps_its_root_cause(monkeypatch: pytest.MonkeyP
     line = _one_line(capsys)
     assert line.startswith("dedup: error: the Spark query failed: IllegalStateException: "
                            "the real reason"), line
+
+
+def test_find_toolkit_error_in_texts() -> None:
+    from dedup.cli.errors import find_toolkit_error
+    from sinks.exceptions import UnsafeSinkSettingError
+
+    found = find_toolkit_error(["nothing here", (DATA / "analysis_txn_timeout.txt").read_text()])
+    assert found is not None and found.cls is UnsafeSinkSettingError
+    assert found.message.startswith("kafka.transaction.timeout.ms=1000000 is above the broker's")
+    assert found.message.endswith("raise transaction.max.timeout.ms on the brokers")
+    # A traceback's source line ("raise X(") and foreign errors are not ours;
+    # of a chained traceback, the error raised last is the one reported.
+    chained = ("Traceback (most recent call last):\n    raise CatalogUnavailableError(\n"
+               "redis.exceptions.ConnectionError: Error 111\n\nThe above exception was the "
+               "direct cause of the following exception:\n\n"
+               "dedup.exceptions.CatalogUnavailableError: Redis at r is unreachable\n"
+               "\nDuring handling of the above exception, another exception occurred:\n\n"
+               "sinks.exceptions.CheckpointUnavailableError: checkpoint Redis unreachable\n")
+    found = find_toolkit_error([chained])
+    assert found is not None
+    assert found.line == "CheckpointUnavailableError: checkpoint Redis unreachable"
+    assert find_toolkit_error(["ValueError: x", "FooDedupError: y", "raise ConfigError(\n"]) is None
+
+
+def test_every_error_class_is_known() -> None:
+    from dedup.cli.errors import toolkit_error_classes
+    from dedup.kafka_io import KafkaUnavailableError
+    from sinks.exceptions import ProducerStuckError
+    from sources.exceptions import SourceConfigError
+
+    known = toolkit_error_classes()
+    for cls in (KafkaUnavailableError, ProducerStuckError, SourceConfigError):
+        assert known[cls.__name__] is cls

@@ -1,0 +1,106 @@
+"""What the person running ``dedup`` is told when a command fails.
+
+Spark wraps an error of our code on its workers (or in its Python data source
+planner) in Java exceptions: ``StreamingQueryException``, Py4J errors, a
+``PythonException`` carrying the worker's traceback as text, sometimes only in
+the cause chain under ``Writing job failed.``. :func:`find_toolkit_error`
+finds the toolkit's own error (every class derives from
+:class:`~dedup.exceptions.DedupError`) in that text, so the CLI prints its one
+line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from dedup.exceptions import DedupError
+
+
+def toolkit_error_classes() -> dict[str, type[DedupError]]:
+    """Every error class of the toolkit by name (the roots' subclasses, recursively)."""
+    # Import the packages whose errors Spark may carry back from a worker, so
+    # their classes are registered as subclasses of the root.
+    import dedup.kafka_io  # noqa: F401  (KafkaUnavailableError)
+    import sinks.exceptions  # noqa: F401
+    import sources.exceptions  # noqa: F401
+
+    found: dict[str, type[DedupError]] = {}
+    todo: list[type[DedupError]] = [DedupError]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ not in found:
+            found[cls.__name__] = cls
+            todo.extend(cls.__subclasses__())
+    return found
+
+
+@dataclass(frozen=True)
+class ToolkitError:
+    """A toolkit error found in a wrapped error's text."""
+
+    cls: type[DedupError]
+    message: str
+
+    @property
+    def line(self) -> str:
+        """``ClassName: message``, one line."""
+        return f"{self.cls.__name__}: {self.message}"
+
+
+def _pattern(names: Iterable[str]) -> re.Pattern[str]:
+    alternatives = "|".join(sorted(names, key=len, reverse=True))
+    # "dedup.exceptions.CatalogUnavailableError: Redis at ..." at the start of a
+    # line (the last line of a worker traceback) or after "Caused by: " / "...: ";
+    # never "raise CatalogUnavailableError(" (a traceback's source line).
+    return re.compile(rf"(?:^|\s|: )(?:[A-Za-z_]\w*\.)*({alternatives}): (\S.*)$")
+
+
+def find_toolkit_error(texts: Iterable[str]) -> ToolkitError | None:
+    """The toolkit error named in ``texts`` (outermost wrapper first), or None.
+
+    In the first text that names one, the last match wins: a Python
+    traceback prints the error that was raised after the ones it chains.
+    """
+    classes = toolkit_error_classes()
+    pattern = _pattern(classes)
+    for text in texts:
+        best: ToolkitError | None = None
+        for line in text.splitlines():
+            match = pattern.search(line.rstrip())
+            if match:
+                best = ToolkitError(classes[match.group(1)], match.group(2).strip())
+        if best is not None:
+            return best
+    return None
+
+
+def exception_texts(exc: BaseException, limit: int = 20) -> list[str]:
+    """The messages of ``exc`` and of everything it wraps, outermost first.
+
+    Follows Python's ``__cause__`` / ``__context__``, PySpark's captured
+    ``_cause`` and a Py4J error's Java exception with its ``getCause()`` chain.
+    """
+    texts: list[str] = []
+    seen: set[int] = set()
+    todo: list[Any] = [exc]
+    while todo and len(texts) < limit:
+        item = todo.pop(0)
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        try:
+            texts.append(str(item) if isinstance(item, BaseException) else str(item.toString()))
+        except Exception:  # a Java object whose JVM is gone: nothing more to read
+            continue
+        if isinstance(item, BaseException):
+            todo += [getattr(item, "_cause", None), getattr(item, "java_exception", None),
+                     item.__cause__, item.__context__]
+        else:
+            with contextlib.suppress(Exception):  # the JVM may be gone
+                todo.append(item.getCause())
+    return texts
+
