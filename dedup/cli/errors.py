@@ -6,7 +6,9 @@ planner) in Java exceptions: ``StreamingQueryException``, Py4J errors, a
 the cause chain under ``Writing job failed.``. :func:`find_toolkit_error`
 finds the toolkit's own error (every class derives from
 :class:`~dedup.exceptions.DedupError`) in that text, so the CLI prints its one
-line.
+line and exits with the code of its class: every refused setting (a
+:class:`~dedup.exceptions.ConfigError`, whether raised here or in a Spark
+worker) exits :data:`EXIT_CONFIG`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dedup.exceptions import DedupError
+from dedup.exceptions import ConfigError, DedupError
+
+EXIT_OK = 0
+EXIT_RUNTIME = 1
+"""A runtime failure: a service unreachable or lost mid-run, a failed batch or verification."""
+EXIT_CONFIG = 2
+"""Bad usage, or a configuration or unsafe setting refused (any ``ConfigError``)."""
+EXIT_INCOMPLETE = 3
+"""``dedup run`` stopped by ``--max-seconds`` with input left; run it again to resume."""
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0 success
+  1 runtime failure (a service unreachable or lost mid-run, a failed batch,
+    a failed verification)
+  2 bad usage or a refused configuration (a missing, malformed or unsafe
+    setting: ConfigError, UnsafeSettingError, SinkConfigError, ...)
+"""
+RUN_EXIT_CODES_HELP = EXIT_CODES_HELP + """\
+  3 stopped by --max-seconds with input left (run the same command again to
+    resume from the checkpoint)
+"""
 
 
 def toolkit_error_classes() -> dict[str, type[DedupError]]:
@@ -49,6 +72,11 @@ class ToolkitError:
     def line(self) -> str:
         """``ClassName: message``, one line."""
         return f"{self.cls.__name__}: {self.message}"
+
+    @property
+    def exit_code(self) -> int:
+        """:data:`EXIT_CONFIG` for a refused setting, else :data:`EXIT_RUNTIME`."""
+        return EXIT_CONFIG if issubclass(self.cls, ConfigError) else EXIT_RUNTIME
 
 
 def _pattern(names: Iterable[str]) -> re.Pattern[str]:

@@ -13,11 +13,16 @@ import sys
 from collections.abc import Sequence
 
 from dedup import __version__
-from dedup.cli.errors import exception_texts, find_toolkit_error
+from dedup.cli.errors import (
+    EXIT_CODES_HELP,
+    EXIT_CONFIG,
+    EXIT_RUNTIME,
+    exception_texts,
+    find_toolkit_error,
+)
 from dedup.exceptions import ConfigError, DedupError
 
-EXIT_RUNTIME = 1
-EXIT_CONFIG = 2
+__all__ = ["EXIT_CONFIG", "EXIT_RUNTIME", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks and Spark's log on the console")
     parser = argparse.ArgumentParser(prog="dedup", description=__doc__, parents=[common],
+                                     epilog=EXIT_CODES_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"dedup {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -47,8 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``dedup`` command line; returns the exit code.
 
     0: success; 1: a runtime failure (service unreachable, verification
-    failed); 2: bad usage or configuration. Errors are one line on stderr
-    unless ``--debug``.
+    failed); 2: bad usage or a refused configuration, also when Spark
+    carries the refusal back from a worker; 3: ``dedup run`` cut short with
+    input left. Errors are one line on stderr unless ``--debug``.
     """
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
@@ -79,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = find_toolkit_error(texts)
         if found is not None:
             _error(found.line)
-            return EXIT_RUNTIME
+            return found.exit_code
         _error(f"the Spark query failed: {spark_root_cause(texts[0] if texts else '')} "
                "(rerun with --debug for the full trace)")
         return EXIT_RUNTIME

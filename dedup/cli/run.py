@@ -9,20 +9,22 @@ from typing import Any
 
 from dedup.cli.checks import QUIET_KAFKA
 from dedup.cli.config_file import PipelineFile, example_path, load_pipeline
+from dedup.cli.errors import EXIT_INCOMPLETE, RUN_EXIT_CODES_HELP
 from dedup.cli.pipeline import Addresses, check_services, resolve_addresses, start_query
 from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
 from dedup.exceptions import ConfigError
 from dedup.local.paths import cache_dir
 
-EXIT_INCOMPLETE = 3
-"""Exit status of a finite run stopped (``max_seconds``) before its source's end."""
+__all__ = ["EXIT_INCOMPLETE", "add_parser", "run_command", "run_pipeline"]
+
 
 def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
         "run", parents=[parent], help="run a pipeline described in a TOML file",
-        description="Run source -> record IDs -> dedup -> exactly-once Kafka sink as described "
-                    "in a TOML pipeline file. Empty service addresses are taken from "
+        description="Run source -> record IDs -> dedup -> exactly-once Kafka sink as described\n"
+                    "in a TOML pipeline file. Empty service addresses are taken from\n"
                     "'dedup services up'.",
+        epilog=RUN_EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", nargs="?", help="pipeline file (TOML)")
     parser.add_argument("--example", action="store_true",
