@@ -9,6 +9,11 @@ finds the toolkit's own error (every class derives from
 line and exits with the code of its class: every refused setting (a
 :class:`~dedup.exceptions.ConfigError`, whether raised here or in a Spark
 worker) exits :data:`EXIT_CONFIG`.
+
+The core and the sinks name their fixes in the Python API
+(``DedupConfig(allow_shared_app_id=True)``, ``option redis.url``);
+:func:`for_pipeline_file` rewrites those to the pipeline file's keys for
+``dedup run``, whose users never write a constructor.
 """
 
 from __future__ import annotations
@@ -132,3 +137,32 @@ def exception_texts(exc: BaseException, limit: int = 20) -> list[str]:
                 todo.append(item.getCause())
     return texts
 
+
+# Phrases of the core's and the sinks' messages -> what to write in the pipeline
+# file instead. The sink's options that have no key of their own go under
+# [sink.options] (quoted, as TOML needs for dotted names).
+PIPELINE_KEYS: dict[str, str] = {
+    "DedupConfig(allow_shared_app_id=True)":
+        "dedup.allow_shared_app_id = true in the pipeline file",
+    "RedisConfig(require_persistence=False)":
+        "redis.require_persistence = false in the pipeline file",
+    "option redis.require_persistence=false":
+        "redis.require_persistence = false in the pipeline file",
+    "option redis.url": "redis.url in the pipeline file (or --redis-url)",
+    "option topic": "sink.topic in the pipeline file",
+    "option dead_letter_topic":
+        'sink.options."dead_letter_topic" in the pipeline file',
+    "Lower kafka.transaction.timeout.ms":
+        'Lower sink.options."kafka.transaction.timeout.ms" in the pipeline file',
+    "Raise kafka.transaction.timeout.ms":
+        'Raise sink.options."kafka.transaction.timeout.ms" in the pipeline file',
+}
+
+_NUM_SHARDS = re.compile(r"\buse num_shards=(\d+)")
+
+
+def for_pipeline_file(message: str) -> str:
+    """``message`` with its fixes named as pipeline file keys (for ``dedup run``)."""
+    for phrase, key in PIPELINE_KEYS.items():
+        message = message.replace(phrase, key)
+    return _NUM_SHARDS.sub(r"use dedup.num_shards = \1 in the pipeline file", message)

@@ -19,6 +19,7 @@ from dedup.cli.errors import (
     EXIT_RUNTIME,
     exception_texts,
     find_toolkit_error,
+    for_pipeline_file,
 )
 from dedup.exceptions import ConfigError, DedupError
 
@@ -44,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(message: str) -> None:
+def _error(message: str, command: str | None = None) -> None:
     first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    if command == "run":  # its user writes a pipeline file, not DedupConfig(...)
+        first = for_pipeline_file(first)
     print(f"dedup: error: {first}", file=sys.stderr, flush=True)
 
 
@@ -66,12 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         if args.debug:
             raise
-        _error(str(exc))
+        _error(str(exc), args.command)
         return EXIT_CONFIG
     except DedupError as exc:
         if args.debug:
             raise
-        _error(str(exc))
+        _error(str(exc), args.command)
         return EXIT_RUNTIME
     except KeyboardInterrupt:
         _error("interrupted")
@@ -85,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         texts = exception_texts(exc)
         found = find_toolkit_error(texts)
         if found is not None:
-            _error(found.line)
+            _error(found.line, args.command)
             return found.exit_code
         _error(f"the Spark query failed: {spark_root_cause(texts[0] if texts else '')} "
                "(rerun with --debug for the full trace)")

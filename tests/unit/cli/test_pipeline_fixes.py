@@ -94,6 +94,17 @@ def test_the_real_messages(monkeypatch: pytest.MonkeyPatch,
             '<= 900000') in err
 
 
+def test_the_pipeline_fixes_name_existing_keys() -> None:
+    from dedup.cli.errors import PIPELINE_KEYS, for_pipeline_file
+
+    for phrase, fix in PIPELINE_KEYS.items():
+        assert for_pipeline_file(f"x: {phrase} y") == f"x: {fix} y"
+        match = re.search(r"\b(\w+)\.(\w+)", fix)  # table.key (sink.options."name")
+        assert match, fix
+        table, key = match.groups()
+        assert key in SCHEMA[table], fix
+
+
 def test_other_commands_keep_the_python_names(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     # The demo builds its configuration in Python: no pipeline file to point at.
