@@ -133,7 +133,7 @@ def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint
         # the run stopped half way yet exited 0 as if the source were done.
         if finite:
             return False
-        return idle > 0 and time.monotonic() - watcher.idle_since > idle
+        return idle > 0 and watcher.idle_seconds() > idle
 
     try:
         wait_for(query, watcher, done, max_seconds=max_seconds)

@@ -62,6 +62,7 @@ def test_idle_stop_is_measured_from_the_last_batch_with_input(
     with_input = [p for p in (json.loads(q.json) for q in queries[0].recentProgress)
                   if p["numInputRows"] > 0]
     idle = stopped - _batch_end(with_input[-1])
+    print(f"trigger {trigger_seconds} s: stopped {idle:.1f} s after the last batch with input")
     assert IDLE - 0.5 <= idle <= IDLE + trigger_seconds + SLACK, (
         f"stopped {idle:.1f} s after the last batch with input; configured {IDLE} s, "
         f"trigger {trigger_seconds} s")
