@@ -44,10 +44,11 @@ class QueryWatcher:
         self.dropped = 0
         self.kept = 0
         self.have_metrics = False
-        self.seen: set[tuple[str, int]] = set()
+        self.seen: set[tuple[str, int, str]] = set()
         self.rows = 0
         self.batches = 0
         self.last_progress: dict[str, Any] | None = None
+        self.started = False
         self.idle_since = time.monotonic()
 
     def poll(self, query: Any) -> None:
@@ -64,11 +65,14 @@ class QueryWatcher:
             raw = item if isinstance(item, dict) else getattr(item, "jsonValue", lambda: {})()
             if not isinstance(raw, dict):
                 continue
-            key = (str(raw.get("runId")), int(raw.get("batchId", -1)))
+            # A trigger without input reports the id of the batch that runs next,
+            # so the batch id alone would hide that batch's own report.
+            key = (str(raw.get("runId")), int(raw.get("batchId", -1)), str(raw.get("timestamp")))
             if key in self.seen:
                 continue
             self.seen.add(key)
             self.last_progress = raw
+            self.started = True
             rows = int(raw.get("numInputRows") or 0)
             if rows == 0:
                 continue
@@ -83,8 +87,13 @@ class QueryWatcher:
                 f"({rate:,.0f} records/s), {self.rows} so far"
             )
 
+        if not self.started:
+            # Until its first trigger reports, the query is starting up (planning,
+            # fetching the first offsets): not idle, however long that takes.
+            self.idle_since = time.monotonic()
+
     def idle_seconds(self) -> float:
-        """Seconds since the last batch with input ended (or the watch began)."""
+        """Seconds since the last batch with input ended (or the first report came)."""
         return time.monotonic() - self.idle_since
 
     def _dedup_part(self, raw: dict[str, Any]) -> str:
