@@ -55,10 +55,10 @@ def test_idle_stop_is_measured_from_the_last_batch_with_input(
 
     monkeypatch.setattr(run, "start_query", start_query)
     args = argparse.Namespace(max_seconds=IDLE + trigger_seconds + 60, quiet=True)
-    _, watcher = run._stream(spark, pipeline, Addresses("", "", ""), str(tmp_path / "chk"),
-                             args, Progress(quiet=True))
+    _, watcher, stopped_by = run._stream(spark, pipeline, Addresses("", "", ""),
+                                         str(tmp_path / "chk"), args, Progress(quiet=True))
     stopped = time.time()
-    assert watcher.rows == 20
+    assert watcher.rows == 20 and stopped_by == "done"
     with_input = [p for p in (json.loads(q.json) for q in queries[0].recentProgress)
                   if p["numInputRows"] > 0]
     idle = stopped - _batch_end(with_input[-1])
