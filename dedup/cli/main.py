@@ -13,10 +13,17 @@ import sys
 from collections.abc import Sequence
 
 from dedup import __version__
+from dedup.cli.errors import (
+    EXIT_CODES_HELP,
+    EXIT_CONFIG,
+    EXIT_RUNTIME,
+    exception_texts,
+    find_toolkit_error,
+    for_pipeline_file,
+)
 from dedup.exceptions import ConfigError, DedupError
 
-EXIT_RUNTIME = 1
-EXIT_CONFIG = 2
+__all__ = ["EXIT_CONFIG", "EXIT_RUNTIME", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks and Spark's log on the console")
     parser = argparse.ArgumentParser(prog="dedup", description=__doc__, parents=[common],
+                                     epilog=EXIT_CODES_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"dedup {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -37,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(message: str) -> None:
+def _error(message: str, command: str | None = None) -> None:
     first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    if command == "run":  # its user writes a pipeline file, not DedupConfig(...)
+        first = for_pipeline_file(first)
     print(f"dedup: error: {first}", file=sys.stderr, flush=True)
 
 
@@ -46,8 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``dedup`` command line; returns the exit code.
 
     0: success; 1: a runtime failure (service unreachable, verification
-    failed); 2: bad usage or configuration. Errors are one line on stderr
-    unless ``--debug``.
+    failed); 2: bad usage or a refused configuration, also when Spark
+    carries the refusal back from a worker; 3: ``dedup run`` cut short with
+    input left. Errors are one line on stderr unless ``--debug``.
     """
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
@@ -58,22 +69,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         if args.debug:
             raise
-        _error(str(exc))
+        _error(str(exc), args.command)
         return EXIT_CONFIG
     except DedupError as exc:
         if args.debug:
             raise
-        _error(str(exc))
+        _error(str(exc), args.command)
         return EXIT_RUNTIME
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
     except Exception as exc:
         # Spark wraps errors of the query (and of our code on its workers) in
-        # Java exceptions with pages of stack trace: show the root cause only.
+        # Java exceptions with pages of stack trace, sometimes with our error
+        # only in the cause chain: show our error's own line, else the root cause.
         if args.debug or not _from_spark(exc):
             raise
-        _error(f"the Spark query failed: {spark_root_cause(str(exc))} "
+        texts = exception_texts(exc)
+        found = find_toolkit_error(texts)
+        if found is not None:
+            _error(found.line, args.command)
+            return found.exit_code
+        _error(f"the Spark query failed: {spark_root_cause(texts[0] if texts else '')} "
                "(rerun with --debug for the full trace)")
         return EXIT_RUNTIME
 

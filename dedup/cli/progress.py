@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -31,8 +32,9 @@ class Progress:
 class QueryWatcher:
     """Reports each finished micro-batch of a streaming query once.
 
-    ``rows`` counts the input rows of the batches seen, ``last_end`` is the
-    source's end offset of the newest batch (as Spark reports it).
+    ``rows`` counts the input rows of the batches seen, ``last_progress`` is
+    the newest progress report; :meth:`idle_seconds` is the time since the
+    last batch with input ended (from its report's start and duration).
     """
 
     def __init__(self, progress: Progress, label: str = "", metric: str | None = None) -> None:
@@ -42,16 +44,20 @@ class QueryWatcher:
         self.dropped = 0
         self.kept = 0
         self.have_metrics = False
-        self.seen: set[tuple[str, int]] = set()
+        self.seen: set[tuple[str, int, str]] = set()
         self.rows = 0
         self.batches = 0
         self.last_progress: dict[str, Any] | None = None
+        self.started = False
         self.idle_since = time.monotonic()
 
     def poll(self, query: Any) -> None:
         try:
-            # A batch still running (the first one can take long) is not idleness.
-            if (query.status or {}).get("isTriggerActive"):
+            # A batch with input still running (the first one can take long) is
+            # not idleness. A trigger that only looks for new input is: with a
+            # short trigger interval Spark looks all the time, and counting that
+            # as activity kept idle runs going for minutes (45 s idle took 152 s).
+            if _processing_input(query.status or {}):
                 self.idle_since = time.monotonic()
         except Exception:
             pass  # the query just stopped; its progress below still counts
@@ -59,15 +65,18 @@ class QueryWatcher:
             raw = item if isinstance(item, dict) else getattr(item, "jsonValue", lambda: {})()
             if not isinstance(raw, dict):
                 continue
-            key = (str(raw.get("runId")), int(raw.get("batchId", -1)))
+            # A trigger without input reports the id of the batch that runs next,
+            # so the batch id alone would hide that batch's own report.
+            key = (str(raw.get("runId")), int(raw.get("batchId", -1)), str(raw.get("timestamp")))
             if key in self.seen:
                 continue
             self.seen.add(key)
             self.last_progress = raw
+            self.started = True
             rows = int(raw.get("numInputRows") or 0)
             if rows == 0:
                 continue
-            self.idle_since = time.monotonic()
+            self.idle_since = max(self.idle_since, _batch_end(raw))
             self.rows += rows
             self.batches += 1
             duration_ms = (raw.get("durationMs") or {}).get("triggerExecution") or 0
@@ -77,6 +86,15 @@ class QueryWatcher:
                 f"{self._dedup_part(raw)} in {duration_ms / 1000.0:.1f} s "
                 f"({rate:,.0f} records/s), {self.rows} so far"
             )
+
+        if not self.started:
+            # Until its first trigger reports, the query is starting up (planning,
+            # fetching the first offsets): not idle, however long that takes.
+            self.idle_since = time.monotonic()
+
+    def idle_seconds(self) -> float:
+        """Seconds since the last batch with input ended (or the first report came)."""
+        return time.monotonic() - self.idle_since
 
     def _dedup_part(self, raw: dict[str, Any]) -> str:
         row = (raw.get("observedMetrics") or {}).get(self.metric) if self.metric else None
@@ -89,6 +107,29 @@ class QueryWatcher:
         self.dropped += metrics.duplicates_dropped
         self.kept += metrics.kept
         return f", {metrics.duplicates_dropped} duplicates dropped, {metrics.kept} kept"
+
+
+def _processing_input(status: dict[str, Any]) -> bool:
+    """Whether the query's current trigger runs a batch with new input.
+
+    ``isDataAvailable`` is set once the trigger has found its offsets and keeps
+    the previous trigger's answer until then, so a trigger still "Getting
+    offsets" after a batch with input is not counted.
+    """
+    return bool(status.get("isTriggerActive") and status.get("isDataAvailable")
+                and not str(status.get("message", "")).startswith("Getting offsets"))
+
+
+def _batch_end(progress: dict[str, Any]) -> float:
+    """The monotonic time at which a reported batch ended (now, if the report is unclear)."""
+    now = time.monotonic()
+    try:
+        start = datetime.fromisoformat(str(progress["timestamp"]).replace("Z", "+00:00"))
+        duration = float((progress.get("durationMs") or {}).get("triggerExecution") or 0)
+    except (KeyError, TypeError, ValueError):
+        return now
+    ended_ago = time.time() - (start.timestamp() + duration / 1000.0)
+    return now - max(ended_ago, 0.0)
 
 
 @contextlib.contextmanager

@@ -9,20 +9,22 @@ from typing import Any
 
 from dedup.cli.checks import QUIET_KAFKA
 from dedup.cli.config_file import PipelineFile, example_path, load_pipeline
+from dedup.cli.errors import EXIT_INCOMPLETE, RUN_EXIT_CODES_HELP
 from dedup.cli.pipeline import Addresses, check_services, resolve_addresses, start_query
 from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
 from dedup.exceptions import ConfigError
 from dedup.local.paths import cache_dir
 
-EXIT_INCOMPLETE = 3
-"""Exit status of a finite run stopped (``max_seconds``) before its source's end."""
+__all__ = ["EXIT_INCOMPLETE", "add_parser", "run_command", "run_pipeline"]
+
 
 def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
         "run", parents=[parent], help="run a pipeline described in a TOML file",
-        description="Run source -> record IDs -> dedup -> exactly-once Kafka sink as described "
-                    "in a TOML pipeline file. Empty service addresses are taken from "
+        description="Run source -> record IDs -> dedup -> exactly-once Kafka sink as described\n"
+                    "in a TOML pipeline file. Empty service addresses are taken from\n"
                     "'dedup services up'.",
+        epilog=RUN_EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", nargs="?", help="pipeline file (TOML)")
     parser.add_argument("--example", action="store_true",
@@ -87,7 +89,8 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
                                   master=run["master"],
                                   shuffle_partitions=run["shuffle_partitions"], debug=args.debug)
         try:
-            started, watcher = _stream(spark, pipeline, addresses, checkpoint, args, progress)
+            started, watcher, stopped_by = _stream(spark, pipeline, addresses, checkpoint,
+                                                   args, progress)
         finally:
             spark.stop()
     elapsed = time.monotonic() - started
@@ -103,13 +106,43 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
                         f"source's last row ({src['total_rows']}); run the same command "
                         f"again to resume from the checkpoint {checkpoint}")
         return EXIT_INCOMPLETE
+    if src["type"] == "kafka" and stopped_by != "done":
+        left = _kafka_input_left(pipeline, addresses, checkpoint, watcher)
+        if left != 0:
+            how = "an unknown number of" if left is None else f"about {left}"
+            when = "stopped at max_seconds" if stopped_by == "max_seconds" else "interrupted"
+            progress.always(f"dedup run {pipeline.app_id}: {when} with input left in "
+                            f"{', '.join(src['topics'])} ({how} records not yet read); run "
+                            f"the same command again to resume from the checkpoint "
+                            f"{checkpoint}")
+            return EXIT_INCOMPLETE
     if args.verify:
         return _verify(pipeline, addresses, progress)
     return 0
 
 
+def _kafka_input_left(pipeline: PipelineFile, addresses: Addresses, checkpoint: str,
+                      watcher: QueryWatcher) -> int | None:
+    """Records of the Kafka source the query has not read; None when it cannot be told."""
+    from confluent_kafka import KafkaException
+
+    from dedup.cli.input_left import checkpoint_offsets, progress_offsets, topic_ends, unread
+
+    src = pipeline.table("source")
+    read = checkpoint_offsets(checkpoint)
+    if read is None:
+        read = progress_offsets(watcher.last_progress)
+    try:
+        ends = topic_ends(addresses.source_bootstrap, src["topics"], QUIET_KAFKA)
+    except KafkaException:
+        return None  # cannot tell: say so rather than claim the run is complete
+    return unread(ends, read, src["starting_offsets"])
+
+
 def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint: str,
-            args: argparse.Namespace, progress: Progress) -> tuple[float, QueryWatcher]:
+            args: argparse.Namespace, progress: Progress,
+            ) -> tuple[float, QueryWatcher, str]:
+    """Run the query until done or idle (``"done"``), ``"max_seconds"`` or ``"interrupted"``."""
     from dedup.operator import metric_name
 
     run = pipeline.table("run")
@@ -131,16 +164,18 @@ def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint
         # the run stopped half way yet exited 0 as if the source were done.
         if finite:
             return False
-        return idle > 0 and time.monotonic() - watcher.idle_since > idle
+        return idle > 0 and watcher.idle_seconds() > idle
 
+    stopped_by = "interrupted"
     try:
-        wait_for(query, watcher, done, max_seconds=max_seconds)
+        stopped_by = "done" if wait_for(query, watcher, done, max_seconds=max_seconds) else \
+            "max_seconds"
     except KeyboardInterrupt:
         progress.say("interrupted: stopping the query (it resumes from the checkpoint)")
     finally:
         if query.isActive:
             query.stop()
-    return started, watcher
+    return started, watcher, stopped_by
 
 
 def _verify(pipeline: PipelineFile, addresses: Addresses, progress: Progress) -> int:
