@@ -1,0 +1,75 @@
+"""Records whose ID is null or malformed: fail the batch (default) or go to a dead letter.
+
+With ``DedupConfig(invalid_ids="dead_letter")`` such records are not claimed;
+they leave the operator with a null ID (counted as ``invalid_ids``), which the
+exactly-once sink writes to its ``dead_letter_topic`` in the same transaction
+as the batch's other records, so one bad record no longer stops the pipeline
+forever and nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sinks
+from dedup import DedupConfig, Deduplicator, RedisConfig
+from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
+from dedup.kafka_io import consume_all, ensure_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.redis]
+
+ROWS = [("a", 1), (None, 2), ("b\nc", 3), ("a", 4), ("", 5), ("d", 6)]
+
+
+def test_invalid_ids_leave_the_operator_with_a_null_id_and_are_counted(
+        spark: Any, redis_url: str, app_id: str) -> None:
+    df = spark.createDataFrame(ROWS, f"{DEFAULT_ID_COLUMN} string, v int")
+    dedup = Deduplicator(DedupConfig(app_id, RedisConfig(redis_url), num_shards=2,
+                                     invalid_ids="dead_letter"))
+    out = sorted((r[1], r[0]) for r in dedup.apply(df).collect())
+    assert out == [(1, "a"), (2, None), (3, None), (5, None), (6, "d")]
+    metrics = dedup.metrics()
+    assert metrics is not None
+    assert (metrics.kept, metrics.invalid_ids, metrics.duplicates_in_batch) == (2, 3, 1)
+
+
+@pytest.mark.kafka
+def test_invalid_ids_reach_the_dead_letter_topic_and_the_stream_goes_on(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    for batch, rows in enumerate([ROWS[:3], ROWS[3:]]):
+        (source / f"{batch}.json").write_text("\n".join(
+            json.dumps({"id": rid, "v": v}) for rid, v in rows) + "\n")
+    out, dead = f"{app_id}-out", f"{app_id}-dead"
+    ensure_topic(kafka_bootstrap, out, 1)
+    ensure_topic(kafka_bootstrap, dead, 1)
+    sinks.register(spark)
+    from pyspark.sql import functions as sf
+
+    stream = (spark.readStream.schema("id string, v int").option("maxFilesPerTrigger", 1)
+              .json(str(source)).withColumn(DEFAULT_ID_COLUMN, sf.col("id")))
+    kept = Deduplicator(DedupConfig(app_id, RedisConfig(redis_url), num_shards=2,
+                                    invalid_ids="dead_letter"), num_partitions=2).apply(stream)
+    query = (kept.select(sf.col("v").cast("string").alias("value"), DEFAULT_ID_COLUMN)
+             .writeStream.format("exactly_once_kafka")
+             .option("kafka.bootstrap.servers", kafka_bootstrap).option("topic", out)
+             .option("app_id", app_id).option("redis.url", redis_url)
+             .option("dead_letter_topic", dead)
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(120), "the query did not finish"
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None, str(query.exception())
+    good = consume_all(kafka_bootstrap, out, "read_committed", idle_timeout=2.0)
+    bad = consume_all(kafka_bootstrap, dead, "read_committed", idle_timeout=2.0)
+    assert sorted((r.header(RECORD_ID_HEADER), r.value) for r in good) == [
+        (b"a", b"1"), (b"d", b"6")]
+    assert sorted(r.value for r in bad) == [b"2", b"3", b"5"]
