@@ -144,6 +144,18 @@ class LatePolicy(StrEnum):
     (counted as ``late_passed``): no loss, possible duplicate of an expired ID."""
 
 
+class InvalidIdPolicy(StrEnum):
+    """What happens to a record whose ID is null, empty, too long or holds a newline."""
+
+    FAIL = "fail"
+    """Fail the batch, naming the column and the batch (every retry fails the same
+    way until the input or the ID derivation is fixed)."""
+    DEAD_LETTER = "dead_letter"
+    """Pass it on unclaimed with a null ID (counted as ``invalid_ids``): the
+    exactly-once sink writes it to its ``dead_letter_topic`` in the batch's
+    transaction."""
+
+
 @dataclass(frozen=True)
 class RetentionConfig:
     """How long the catalog remembers an ID (Dataflow-style time buckets).
@@ -237,6 +249,9 @@ class DedupConfig:
     journal_versions:
         Versions of newly claimed IDs kept per shard so a Bloom filter that is
         a few claims behind can catch up instead of being bypassed.
+    invalid_ids:
+        :class:`InvalidIdPolicy` (``"fail"`` or ``"dead_letter"``) for records
+        whose ID is null or malformed.
     """
 
     app_id: str
@@ -249,9 +264,16 @@ class DedupConfig:
     allow_shared_app_id: bool = False
     lease_seconds: float = 60.0
     journal_versions: int = 64
+    invalid_ids: InvalidIdPolicy = InvalidIdPolicy.FAIL
 
     def __post_init__(self) -> None:
         validate_app_id(self.app_id)
+        try:
+            object.__setattr__(self, "invalid_ids", InvalidIdPolicy(self.invalid_ids))
+        except ValueError as exc:
+            raise ConfigError(
+                f"invalid_ids must be 'fail' or 'dead_letter', not {self.invalid_ids!r}"
+            ) from exc
         if not self.lease_seconds >= 0:
             raise ConfigError(f"lease_seconds must be >= 0, not {self.lease_seconds!r}")
         if not isinstance(self.journal_versions, int) or not 1 <= self.journal_versions <= 1000:

@@ -20,8 +20,9 @@ RESULT_FIELDS = (STATUS, LATE, BLOOM_POSITIVES, FALSE_POSITIVES, ROUND_TRIPS, LO
 """``status`` and ``late`` are per row (int8); the other four carry a shard's
 claim figures on one row of the shard (int32) and are 0 elsewhere."""
 
-KEPT, DUP_IN_BATCH, DUP_CATALOG, LATE_DROPPED = 0, 1, 2, 3
-"""Values of the status column."""
+KEPT, DUP_IN_BATCH, DUP_CATALOG, LATE_DROPPED, INVALID_ID = 0, 1, 2, 3, 4
+"""Values of the status column (``INVALID_ID``: passed on with a null ID, for the
+sink's dead-letter topic, under ``DedupConfig(invalid_ids="dead_letter")``)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class DedupMetrics:
         already in the catalog (an earlier batch, another query, a replay).
     late_dropped, late_passed:
         Rows older than the retention horizon, dropped / checked and passed.
+    invalid_ids:
+        Rows whose ID was null or malformed, passed on with a null ID for the
+        sink's dead-letter topic (``invalid_ids="dead_letter"``).
     bloom_positives, bloom_false_positives:
         Bloom hits, and hits the catalog then called new (a cost, never a loss).
     round_trips:
@@ -55,6 +59,7 @@ class DedupMetrics:
     duplicates_catalog: int = 0
     late_dropped: int = 0
     late_passed: int = 0
+    invalid_ids: int = 0
     bloom_positives: int = 0
     bloom_false_positives: int = 0
     round_trips: int = 0
@@ -97,6 +102,7 @@ def observed_columns() -> list[Any]:
         count_if(status == DUP_CATALOG).alias("duplicates_catalog"),
         count_if(status == LATE_DROPPED).alias("late_dropped"),
         count_if((field(LATE) == 1) & (status != LATE_DROPPED)).alias("late_passed"),
+        count_if(status == INVALID_ID).alias("invalid_ids"),
         total(BLOOM_POSITIVES).alias("bloom_positives"),
         total(FALSE_POSITIVES).alias("bloom_false_positives"),
         total(ROUND_TRIPS).alias("round_trips"),

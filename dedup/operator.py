@@ -19,10 +19,17 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from dedup.catalog import RedisCatalog
-from dedup.config import DedupConfig
+from dedup.config import DedupConfig, InvalidIdPolicy
 from dedup.exceptions import ConfigError, RecordIdError, SettingChangedError
 from dedup.ids import record_id_strategy
-from dedup.metrics import KEPT, RESULT_COLUMN, STATUS, DedupMetrics, observed_columns
+from dedup.metrics import (
+    INVALID_ID,
+    KEPT,
+    RESULT_COLUMN,
+    STATUS,
+    DedupMetrics,
+    observed_columns,
+)
 from dedup.partition_step import PartitionStep, id_problem_column, partition_udf
 from dedup.placement import PLACEMENT_SCHEME, placement_column
 
@@ -151,8 +158,15 @@ class Deduplicator:
 
             self._observation = Observation(self.metric_name)
             observed = marked.observe(self._observation, *observed_columns())
-        return (observed.filter(sf.col(f"{RESULT_COLUMN}.{STATUS}") == KEPT)
-                .drop(RESULT_COLUMN))
+        status = sf.col(f"{RESULT_COLUMN}.{STATUS}")
+        if cfg.invalid_ids == InvalidIdPolicy.DEAD_LETTER:
+            # Null, so the exactly-once sink routes the record to its dead letter.
+            invalid = status == INVALID_ID
+            return (observed.filter((status == KEPT) | invalid)
+                    .withColumn(cfg.id_column, sf.when(invalid, sf.lit(None).cast("string"))
+                                .otherwise(sf.col(cfg.id_column)))
+                    .drop(RESULT_COLUMN))
+        return observed.filter(status == KEPT).drop(RESULT_COLUMN)
 
     def _pinned_layout(self, df: DataFrame, spark: SparkSession) -> int:
         """Record the layout on first use, refuse a changed one; return the partition count.

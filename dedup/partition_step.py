@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from dedup.claim import ShardClaimer
-from dedup.config import DedupConfig, LatePolicy
+from dedup.config import DedupConfig, InvalidIdPolicy, LatePolicy
 from dedup.exceptions import RecordIdError
 from dedup.failpoints import fail_point
 from dedup.ids import MAX_ID_LENGTH
@@ -33,6 +33,7 @@ from dedup.metrics import (
     DUP_CATALOG,
     DUP_IN_BATCH,
     FALSE_POSITIVES,
+    INVALID_ID,
     KEPT,
     LATE,
     LATE_DROPPED,
@@ -115,15 +116,20 @@ def decide_partition(config: DedupConfig, ids: Sequence[Any] | np.ndarray, shard
     claimer = claimer or ShardClaimer(config)
     keys = ids if isinstance(ids, np.ndarray) else np.array(ids, dtype=object)
     n = len(keys)
-    raise_for_problems(config, id_problem_codes(keys) if problems is None else problems,
-                       query_id, batch_id)
+    problems = id_problem_codes(keys) if problems is None else problems
+    invalid = np.asarray(problems) != ID_OK
+    if config.invalid_ids != InvalidIdPolicy.DEAD_LETTER:
+        raise_for_problems(config, problems, query_id, batch_id)
     shards = np.asarray(shards, dtype=np.int64)
     status = np.full(n, DUP_IN_BATCH, dtype=np.int8)
     late = late_mask(config, event_seconds, now)
-    rows = np.arange(n)
+    eligible = ~invalid
     if late is not None and config.retention.late_policy == LatePolicy.DROP:
-        status[late] = LATE_DROPPED
-        rows = np.flatnonzero(~late)
+        status[late & eligible] = LATE_DROPPED
+        eligible &= ~late
+    # Invalid IDs are never claimed: they leave with a null ID for the dead letter.
+    status[invalid] = INVALID_ID
+    rows = np.flatnonzero(eligible)
     repeated = pd.Series(keys[rows], dtype=object, copy=False).duplicated(keep="first")
     unique_rows = rows[~repeated.to_numpy()]
     status[unique_rows] = DUP_CATALOG

@@ -36,7 +36,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "enabled": True, "num_shards": 8, "bloom_enabled": True, "bloom_capacity": 1_000_000,
         "bloom_error_rate": 0.01, "retention_horizon_seconds": 7 * 24 * 3600,
         "retention_bucket_seconds": 24 * 3600, "event_time_column": "", "late_policy": "drop",
-        "allow_shared_app_id": False,
+        "allow_shared_app_id": False, "invalid_ids": "fail",
     },
     "redis": {"url": "", "require_persistence": True},
     "sink": {

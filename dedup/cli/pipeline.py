@@ -74,6 +74,7 @@ def dedup_config(pipeline: PipelineFile, redis_url: str,
         ),
         fail_points=FailPointConfig(failpoint_dir),
         allow_shared_app_id=table["allow_shared_app_id"],
+        invalid_ids=table["invalid_ids"],
     )
 
 
@@ -142,6 +143,15 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
                 checkpoint: str, failpoint_dir: str | None = None) -> StreamingQuery:
     """Build the pipeline and start it from ``checkpoint`` (resumes when it exists)."""
     frame = source_frame(spark, pipeline, addresses)
+    sink = pipeline.table("sink")
+    dead_letter = any(str(k) in ("dead_letter_topic", "dead.letter.topic")
+                      for k in sink["options"])
+    if (pipeline.table("dedup")["enabled"] and pipeline.table("dedup")["invalid_ids"]
+            == "dead_letter" and sink["type"] == "kafka" and not dead_letter):
+        raise ConfigError(
+            'dedup.invalid_ids = "dead_letter" needs a dead-letter topic: set '
+            'sink.options."dead_letter_topic" in the pipeline file'
+        )
     if pipeline.table("dedup")["enabled"]:
         from dedup import deduplicate
 
@@ -149,7 +159,6 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     out = sink_frame(frame, pipeline)
     run = pipeline.table("run")
     writer: Any
-    sink = pipeline.table("sink")
     if sink["type"] == "console":
         writer = out.writeStream.format("console").option("truncate", "false")
     else:

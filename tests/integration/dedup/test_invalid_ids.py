@@ -10,6 +10,7 @@ forever and nothing is dropped silently.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,9 @@ def test_invalid_ids_reach_the_dead_letter_topic_and_the_stream_goes_on(
     source = tmp_path / "in"
     source.mkdir()
     for batch, rows in enumerate([ROWS[:3], ROWS[3:]]):
-        (source / f"{batch}.json").write_text("\n".join(
-            json.dumps({"id": rid, "v": v}) for rid, v in rows) + "\n")
+        path = source / f"{batch}.json"
+        path.write_text("\n".join(json.dumps({"id": rid, "v": v}) for rid, v in rows) + "\n")
+        os.utime(path, (1_700_000_000 + batch, 1_700_000_000 + batch))  # read in this order
     out, dead = f"{app_id}-out", f"{app_id}-dead"
     ensure_topic(kafka_bootstrap, out, 1)
     ensure_topic(kafka_bootstrap, dead, 1)
