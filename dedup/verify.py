@@ -1,10 +1,11 @@
 """The verifier: is an observed output explained by a failure-free run?
 
-Failure transparency (DESIGN.md invariant 1) is checked by comparing what a
-``read_committed`` consumer sees with the output a failure-free run must give,
-computed from the input alone: one copy of each distinct record ID, carrying
-the payload of its first occurrence. Every discrepancy is counted by kind, so
-a loss can never hide behind a duplicate:
+Failure transparency (a run with failures outputs what a failure-free run
+does) is checked by comparing what a ``read_committed`` consumer sees with
+the output a failure-free run must give, computed from the input alone: one
+copy of each distinct record ID, carrying the payload of its first
+occurrence. Every discrepancy is counted by kind, so a loss can never hide
+behind a duplicate:
 
 * **lost**: an expected record ID that nobody observed;
 * **duplicated**: each extra copy of an observed ID;
