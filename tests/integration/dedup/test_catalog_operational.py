@@ -128,3 +128,20 @@ def test_a_fenced_pipeline_cannot_claim_after_another_took_over(redis_url: str) 
     successor.claim("query-b", 0, 0, ["b"], "query-b", now=1_800_000_000.0)
     with pytest.raises(AppIdInUseError, match="query-b"):
         paused.claim("query-a", 1, 0, ["c"], "query-a", now=1_800_000_000.0)
+
+
+def test_a_new_query_is_refused_while_an_abandoned_batch_holds_claims(redis_url: str) -> None:
+    """Query A claimed batch 5 and died before Spark committed it (a crash, a checkpoint
+    then deleted); query B on the same app id would drop those IDs as seen, although
+    nobody emitted them. B must be told to finish A first."""
+    import time
+
+    from dedup import AppIdInUseError
+
+    cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
+                      lease_seconds=1)
+    abandoned, successor = claimer(cfg), claimer(cfg)
+    abandoned.claim("query-a", 5, 0, ["x", "y"], "query-a", now=1_800_000_000.0)
+    time.sleep(1.2)  # A's lease lapses: A is gone
+    with pytest.raises(AppIdInUseError, match=r"query-a.*batch 5"):
+        successor.claim("query-b", 0, 0, ["x", "z"], "query-b", now=1_800_000_000.0)
