@@ -11,9 +11,10 @@ call stays within one Redis Cluster slot:
 ``dedup:{app:s3}:ids:<b>``    SET of IDs claimed in time bucket ``b`` (expires)
 ``dedup:{app}:meta``          hash: the layout settings recorded on first use
                               (:data:`LAYOUT_SETTINGS`)
-``dedup:{app}:lease``         hash: owner (query id), until (ms), fence: the app id's
-                              lease; every shard state keeps the highest fence
-                              that claimed it
+``dedup:{app}:lease``         hash: owner (query id), until (ms), fence, checked: the
+                              app id's lease; every shard state keeps the highest
+                              fence that claimed it
+``dedup:{app}:queries``       hash: query id -> the last batch Spark committed
 
 Clients are created lazily, one per worker process and URL, and the scripts
 are registered once per client (redis-py reloads them on NOSCRIPT).
@@ -72,6 +73,10 @@ def meta_key(app_id: str) -> str:
 
 def lease_key(app_id: str) -> str:
     return f"{KEY_PREFIX}:{{{app_id}}}:lease"
+
+
+def queries_key(app_id: str) -> str:
+    return f"{KEY_PREFIX}:{{{app_id}}}:queries"
 
 
 def live_buckets(config: DedupConfig, now: float) -> list[int]:
@@ -241,11 +246,93 @@ class RedisCatalog:
         AppIdInUseError
             Another streaming query holds the lease.
         """
-        reply = self._run("lease", [lease_key(self.config.app_id)],
-                          [query_id, int(self.config.lease_seconds * 1000), "take"],
-                          "taking the app id's lease")
+        key = lease_key(self.config.app_id)
+        reply = self._run("lease", [key], [query_id, int(self.config.lease_seconds * 1000),
+                                           "take"], "taking the app id's lease")
         self._check_status(reply, -1)
-        return int(reply[1])
+        fence = int(reply[1])
+        if int(reply[2]) != fence:
+            # A new owner: first make sure no earlier query left a batch half done.
+            try:
+                self._check_unfinished(query_id)
+            except AppIdInUseError:
+                self.release(query_id)  # so that query can come back and finish it
+                raise
+            self._run("lease", [key], [query_id, 0, "checked", fence],
+                      "recording the app id's lease")
+        return fence
+
+    def _check_unfinished(self, query_id: str) -> None:
+        """Refuse while another query's claims of a batch Spark never committed remain.
+
+        Such a batch's IDs are in the catalog but were (maybe) never emitted; a new
+        query would drop them as seen. Only the query that claimed them can replay
+        its decisions, from its checkpoint.
+        """
+        client, _ = client_and_scripts(self.config.redis)
+        app = self.config.app_id
+        with redis_errors(self.config.redis, "checking for unfinished batches"):
+            pipe = client.pipeline(transaction=False)
+            for shard in range(self.config.num_shards):
+                pipe.hkeys(decisions_key(app, shard))
+            pipe.hgetall(queries_key(app))
+            *fields, raw = pipe.execute()
+        committed = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
+        unfinished: dict[str, int] = {}
+        for shard_fields in fields:
+            for item in shard_fields:
+                qid, _, batch = (item.decode() if isinstance(item, bytes) else item).rpartition(":")
+                if qid == query_id or not batch.isdigit():  # ours, or a batch job's token
+                    continue
+                if int(batch) > committed.get(qid, -1):
+                    unfinished[qid] = max(int(batch), unfinished.get(qid, -1))
+        if unfinished:
+            qid, batch = sorted(unfinished.items())[0]
+            raise AppIdInUseError(
+                f"app id {app!r}: query {qid} left batch {batch} unfinished (its claims are "
+                "recorded, but Spark never committed the batch, so its records may never have "
+                "been emitted): restart that query from its checkpoint to finish the batch, "
+                f"or, if its checkpoint is gone for good, run `dedup forget-query --app-id {app} "
+                f"--query-id {qid} --num-shards {self.config.num_shards}` (its unemitted "
+                "records then count as seen)"
+            )
+
+    def commit_progress(self, query_id: str, committed_batch: int) -> int:
+        """Spark committed ``committed_batch`` of ``query_id``: record it, collect older
+        decisions (those of that batch stay until the next one). Safe to repeat."""
+        client, scripts = client_and_scripts(self.config.redis)
+        with redis_errors(self.config.redis, "recording a committed batch"):
+            pipe = client.pipeline(transaction=False)
+            pipe.hset(queries_key(self.config.app_id), query_id, committed_batch)
+            for shard in range(self.config.num_shards):
+                scripts["gc"](keys=[decisions_key(self.config.app_id, shard)],
+                              args=[query_id, committed_batch], client=pipe)
+            return sum(int(x) for x in pipe.execute()[1:])
+
+    def forget_query(self, query_id: str) -> int:
+        """Drop every decision of ``query_id`` and its record (its checkpoint is gone).
+
+        Its claimed IDs stay in the catalog: records of a batch it never finished
+        count as seen. Safe to repeat; returns the decisions deleted.
+        """
+        client, _ = client_and_scripts(self.config.redis)
+        app, cfg = self.config.app_id, self.config
+        with redis_errors(self.config.redis, "forgetting a query"):
+            pipe = client.pipeline(transaction=False)
+            pipe.hget(meta_key(app), "num_shards")
+            for shard in range(cfg.num_shards):
+                pipe.hget(state_key(app, shard), "n")
+            recorded = next((x for x in pipe.execute() if x is not None), None)
+        # Read, never record: a wrong count here must not become the app id's.
+        if recorded is not None and int(recorded) != cfg.num_shards:
+            raise ShardCountMismatchError(
+                f"app id {app!r}: num_shards changed: recorded {int(recorded)}, now "
+                f"{cfg.num_shards}; use num_shards={int(recorded)}"
+            )
+        removed = self.collect_garbage(query_id, 2**62)
+        with redis_errors(self.config.redis, "forgetting a query"):
+            client.hdel(queries_key(app), query_id)
+        return removed
 
     def _fence(self, lease_owner: str, decision: str) -> int:
         if not lease_owner or self.config.allow_shared_app_id:

@@ -39,8 +39,9 @@ class DecisionGcListener(StreamingQueryListener):
         self._catalogs: dict[str, RedisCatalog] = {}
         self._lock = threading.Lock()
         # query id -> metric names seen in its progress, to know whose lease
-        # a terminated query held.
+        # a terminated query held, and the last batch it committed.
         self._owners: dict[str, set[str]] = {}
+        self._last: dict[str, int] = {}
         self.collected = 0
 
     def watch(self, metric_name: str, catalog: RedisCatalog) -> None:
@@ -66,10 +67,11 @@ class DecisionGcListener(StreamingQueryListener):
                     if name in observed]
             if mine:
                 self._owners.setdefault(query_id, set()).update(name for name, _ in mine)
+                self._last[query_id] = int(progress.batchId)
         for _, catalog in mine:
             self._renew(catalog, query_id)
             try:
-                self.collected += catalog.collect_garbage(query_id, int(progress.batchId))
+                self.collected += catalog.commit_progress(query_id, int(progress.batchId))
             except DedupError as exc:
                 log.warning("dedup decision GC for query %s failed: %s", query_id, exc)
 
@@ -95,12 +97,18 @@ class DecisionGcListener(StreamingQueryListener):
         query_id = str(event.id)
         with self._lock:
             names = self._owners.pop(query_id, None)
+            last = self._last.pop(query_id, None)
             # A query that died before its first progress event may still hold
-            # a lease: release it in every catalog (harmless elsewhere, only
-            # shards owned by query_id change).
+            # a lease: release it in every catalog (harmless elsewhere: only a
+            # lease held by query_id changes).
             targets = [c for n, c in self._catalogs.items() if names is None or n in names]
         for catalog in targets:
             try:
+                if last is not None:
+                    # Every batch up to ``last`` is committed: its decisions can go.
+                    # Those of a batch the query stopped in stay, so that a new query
+                    # on this app id is refused until this one finishes it.
+                    self.collected += catalog.collect_garbage(query_id, last + 1)
                 catalog.release(query_id)
             except DedupError as exc:
                 log.warning("releasing the dedup app id lease of query %s failed: %s",

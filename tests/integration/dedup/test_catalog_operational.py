@@ -122,6 +122,7 @@ def test_a_fenced_pipeline_cannot_claim_after_another_took_over(redis_url: str) 
                       lease_seconds=1)
     paused, successor = claimer(cfg), claimer(cfg)
     paused.claim("query-a", 0, 0, ["a"], "query-a", now=1_800_000_000.0)
+    RedisCatalog(cfg).commit_progress("query-a", 0)  # Spark committed A's batch 0
     import time
 
     time.sleep(1.2)  # A's lease lapses
@@ -145,3 +146,22 @@ def test_a_new_query_is_refused_while_an_abandoned_batch_holds_claims(redis_url:
     time.sleep(1.2)  # A's lease lapses: A is gone
     with pytest.raises(AppIdInUseError, match=r"query-a.*batch 5"):
         successor.claim("query-b", 0, 0, ["x", "z"], "query-b", now=1_800_000_000.0)
+
+
+def test_a_new_query_may_take_over_once_the_old_one_committed_or_was_forgotten(
+        redis_url: str) -> None:
+    from dedup import AppIdInUseError
+
+    cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
+                      lease_seconds=60)
+    catalog = RedisCatalog(cfg)
+    old, new = claimer(cfg), claimer(cfg)
+    old.claim("query-a", 4, 0, ["x"], "query-a", now=1_800_000_000.0)
+    catalog.commit_progress("query-a", 4)  # batch 4 committed ...
+    old.claim("query-a", 5, 1, ["y"], "query-a", now=1_800_000_000.0)  # ... 5 is not
+    catalog.release("query-a")  # A stopped
+    with pytest.raises(AppIdInUseError, match=r"query-a left batch 5 unfinished"):
+        new.claim("query-b", 0, 1, ["y", "z"], "query-b", now=1_800_000_000.0)
+    assert catalog.forget_query("query-a") == 2
+    outcome = new.claim("query-b", 0, 1, ["y", "z"], "query-b", now=1_800_000_000.0)
+    assert outcome.keep.tolist() == [False, True]  # y counts as seen, as the message said

@@ -99,13 +99,14 @@ def test_lease_gc_and_shard_guard(redis_url: str) -> None:
     shared = DedupConfig(app, RedisConfig(redis_url), num_shards=2, allow_shared_app_id=True)
     ShardClaimer(shared, filters=FilterCache()).claim("q2", 0, 0, ["d"], "q2")
     catalog = RedisCatalog(cfg)
-    catalog.release("q1")
-    claimer.claim("q3", 0, 0, ["e"], "q3")  # released: another query may take over
+    catalog.commit_progress("q2", 0)  # else q2's batch 0 would be unfinished work
     client = redis.Redis.from_url(redis_url)
     assert client.hexists(decisions_key(app, 0), "q1:0")
-    assert catalog.collect_garbage("q1", 1) == 1  # only batches < the committed one
+    assert catalog.commit_progress("q1", 1) == 1  # only batches < the committed one
     assert not client.hexists(decisions_key(app, 0), "q1:0")
     assert client.hexists(decisions_key(app, 0), "q1:1")
+    catalog.release("q1")
+    claimer.claim("q3", 0, 0, ["e"], "q3")  # released, nothing unfinished: q3 may take over
     assert int(client.hget(state_key(app, 0), "version") or b"0") == 5
     assert client.hlen(journal_key(app, 0)) <= cfg.journal_versions
     other = DedupConfig(app, RedisConfig(redis_url), num_shards=3)
