@@ -105,14 +105,14 @@ def test_retry_after_the_horizon_passed_decides_as_the_first_attempt(
     from pyspark.sql import functions as sf
     from pyspark.sql.types import IntegerType
 
-    horizon = 10
+    horizon = 30
     retention = RetentionConfig(horizon_seconds=horizon, bucket_seconds=1,
                                 event_time_column="ts", late_policy="drop")
     cfg = DedupConfig(app_id=app_id, redis=RedisConfig(redis_url), num_shards=1,
                       retention=retention)
     start = time.time()
-    # Not late when the batch starts (3 s to spare), late when the retry runs.
-    rows = [(f"id-{i}", start - horizon + 3) for i in range(5)]
+    # Not late when the batch starts (8 s to spare), late when the retry runs.
+    rows = [(f"id-{i}", start - horizon + 8) for i in range(5)]
     df = spark.createDataFrame(rows, "k string, ts double")
     df = with_record_id(df, strategy="column", column="k")
     kept = Deduplicator(cfg, num_partitions=1).apply(df)
@@ -120,13 +120,15 @@ def test_retry_after_the_horizon_passed_decides_as_the_first_attempt(
     def fail_first_attempt(value: int) -> int:
         context = TaskContext.get()
         if context is not None and context.attemptNumber() == 0:
-            time.sleep(6)  # past the moment the rows turn late
+            time.sleep(10)  # past the moment the rows turn late
             raise RuntimeError("injected: first attempt fails after the dedup decision")
         return value
 
     probe = sf.udf(fail_first_attempt, IntegerType()).asNondeterministic()
-    out = kept.withColumn("probe", probe(sf.lit(1))).select(DEFAULT_ID_COLUMN).collect()
-    assert time.time() - start > 6, "the retry did not run after the rows turned late"
+    # The probe is collected too: a column selected away would be pruned, and no
+    # attempt would fail.
+    out = kept.withColumn("probe", probe(sf.lit(1))).select(DEFAULT_ID_COLUMN, "probe").collect()
+    assert time.time() - start > 10, "the retry did not run after the rows turned late"
     assert sorted(r[0] for r in out) == [f"id-{i}" for i in range(5)]
 
 
