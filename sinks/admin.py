@@ -2,8 +2,9 @@
 
 confluent-kafka 2.16 has no ``list_transactions``/``describe_transactions``
 admin calls, so the transactional ids of an app are found from the sink's
-marker consumer groups (``<app_id>.sink.p<n>``, created by the first commit of
-each partition) plus, optionally, a probe of partitions ``0..n-1``.
+marker consumer groups (``<app_id>.sink.p<n>``, or ``<app_id>/<output>.sink.p<n>``
+for a named output, created by the first commit of each partition) plus,
+optionally, a probe of partitions ``0..n-1``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from dedup.config import validate_app_id
 from dedup.kafka_io import KafkaUnavailableError, ensure_topic
-from sinks.config import SinkConfig
+from sinks.config import SinkConfig, sink_identity
 from sinks.exceptions import UnsafeSinkSettingError
 
 TIMEOUT_S = 30.0
@@ -80,15 +81,18 @@ def _client_config(bootstrap: str, client_config: dict[str, Any] | None) -> dict
 
 def list_transactions(bootstrap: str, app_id: str, probe_partitions: int = 0,
                       marker_topic: str = "__dedup_markers",
-                      client_config: dict[str, Any] | None = None) -> list[SinkTransaction]:
-    """The sink's transactional ids of ``app_id`` with their last committed markers.
+                      client_config: dict[str, Any] | None = None,
+                      output_name: str = "") -> list[SinkTransaction]:
+    """The sink's transactional ids of ``app_id`` (and ``output_name``, the option
+    ``output.name``) with their last committed markers.
 
     Read-only, safe to repeat. Whether one of them holds an open transaction
     is not knowable with this client version; :func:`abort_transactions` is
     harmless for ids without one.
     """
     validate_app_id(app_id)
-    prefix = f"{app_id}.sink.p"
+    identity = sink_identity(app_id, output_name)
+    prefix = f"{identity}.sink.p"
     cfg = _client_config(bootstrap, client_config)
     admin = AdminClient(cfg)
     try:
@@ -111,7 +115,7 @@ def list_transactions(bootstrap: str, app_id: str, probe_partitions: int = 0,
                         qid, next_batch = tp.metadata, tp.offset
         except KafkaException:
             pass  # no committed marker for this partition yet
-        out.append(SinkTransaction(f"{app_id}.p{partition}", partition, qid, next_batch))
+        out.append(SinkTransaction(f"{identity}.p{partition}", partition, qid, next_batch))
     return out
 
 
@@ -122,8 +126,10 @@ def _group_request(group: str, topic: str) -> Any:
 
 
 def abort_transactions(bootstrap: str, app_id: str, partitions: list[int] | None = None,
-                       client_config: dict[str, Any] | None = None) -> list[str]:
-    """Abort any open transaction of the app's sink producers; return the ids handled.
+                       client_config: dict[str, Any] | None = None,
+                       output_name: str = "") -> list[str]:
+    """Abort any open transaction of the app's sink producers (of ``output_name``, the
+    option ``output.name``); return the ids handled.
 
     For each partition (default: every one :func:`list_transactions` finds), a
     producer with that ``transactional.id`` calls ``init_transactions``: the
@@ -134,10 +140,11 @@ def abort_transactions(bootstrap: str, app_id: str, partitions: list[int] | None
     validate_app_id(app_id)
     if partitions is None:
         partitions = [t.partition for t in list_transactions(bootstrap, app_id,
-                                                             client_config=client_config)]
+                                                             client_config=client_config,
+                                                             output_name=output_name)]
     done = []
     for partition in partitions:
-        txn_id = f"{app_id}.p{partition}"
+        txn_id = f"{sink_identity(app_id, output_name)}.p{partition}"
         producer = Producer({**_client_config(bootstrap, client_config),
                              "transactional.id": txn_id})
         try:

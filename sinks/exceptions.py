@@ -26,6 +26,15 @@ class UnsafeSinkSettingError(SinkConfigError, UnsafeSettingError):
     """A sink setting would break exactly-once output; refused unless overridden."""
 
 
+class OutputNameInUseError(SinkConfigError):
+    """Two sinks of one (app_id, output.name) in one process: they would share every marker.
+
+    A retry cannot fix it (fatal): give each output its own ``output.name``.
+    """
+
+    _fatal = True
+
+
 class SinkRecordError(SinkError, ValueError):
     """A record cannot be written (null record ID, no topic) and no dead-letter topic is set."""
 

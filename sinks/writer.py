@@ -46,7 +46,7 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     replayed = False
     if config.strong_productions:
         assert config.redis is not None  # checked by SinkConfig
-        store = CheckpointStore(config.redis, config.app_id)
+        store = CheckpointStore.for_config(config)
         # The checkpoint is the Arrow input as received (cheap: no per-row
         # work); the Kafka records derive from it deterministically.
         stored, won = store.put_if_absent(query_id, batch, partition, encode_batches(arrow))
