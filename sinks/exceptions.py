@@ -35,6 +35,17 @@ class OutputNameInUseError(SinkConfigError):
     _fatal = True
 
 
+class QueryIdReusedError(SinkError, RuntimeError):
+    """The batch marker of this query id is more than one batch ahead: the id was reused.
+
+    In a healthy run Spark re-runs at most the last batch, so a marker further
+    ahead means a reset checkpoint or two queries with one id. Fatal: a retry
+    sees the same marker.
+    """
+
+    _fatal = True
+
+
 class SinkRecordError(SinkError, ValueError):
     """A record cannot be written (null record ID, no topic) and no dead-letter topic is set."""
 

@@ -50,6 +50,14 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
         # The checkpoint is the Arrow input as received (cheap: no per-row
         # work); the Kafka records derive from it deterministically.
         stored, won = store.put_if_absent(query_id, batch, partition, encode_batches(arrow))
+        # A checkpoint left under this key by an earlier life of a reused
+        # query_id (foreachBatch option) is never emitted: such leftovers are of
+        # the old life's last batch or two (GC removed older ones), so that
+        # life's markers are ahead of every earlier batch number, and
+        # write_partition refuses the new life (QueryIdReusedError, marker >
+        # batch + 1) at its first batch with rows in a partition, long before it
+        # reaches the leftover's batch. Not distinguishable: an old life that
+        # committed only batch 0, whose marker equals a re-run of batch 0's.
         if not won:
             arrow, replayed = decode_batches(stored), True
     records, dead = to_records(arrow, config, layout, batch, partition)
