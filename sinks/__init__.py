@@ -20,6 +20,7 @@ from sinks.datasource import (
     register,
 )
 from sinks.exceptions import (
+    CheckpointSchemaError,
     CheckpointStateError,
     CheckpointUnavailableError,
     CommitOutcomeUnknownError,
@@ -39,6 +40,7 @@ from sinks.transactions import close_clients
 
 __all__ = [
     "DATA_SOURCE_NAME",
+    "CheckpointSchemaError",
     "CheckpointStateError",
     "CheckpointStore",
     "CheckpointUnavailableError",

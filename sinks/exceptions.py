@@ -60,6 +60,15 @@ class CheckpointStateError(SinkError, RuntimeError):
     """A stored checkpoint could not be decoded (corruption or a foreign key)."""
 
 
+class CheckpointSchemaError(CheckpointStateError):
+    """A checkpoint's columns differ from the input's (the code changed before a replay).
+
+    Fatal: every retry replays the same checkpoint.
+    """
+
+    _fatal = True
+
+
 class TransactionFailedError(SinkError, RuntimeError):
     """A Kafka transaction failed; nothing of it is visible. The task fails and is retried."""
 
