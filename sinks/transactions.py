@@ -212,7 +212,14 @@ def read_marker(config: SinkConfig, partition: int,
             raise TransactionFailedError(
                 f"could not read the batch marker of {config.marker_group(partition)}: {exc}"
             ) from exc
-    if tp.error is not None or tp.offset < 0:
+    if tp.error is not None:
+        # Not "no marker": the batch may be committed, and producing it again
+        # would duplicate it. Fail the attempt; Spark's retry reads again.
+        raise TransactionFailedError(
+            f"the batch marker of {config.marker_group(partition)} could not be read: "
+            f"{tp.error}; the task fails and Spark retries it"
+        )
+    if tp.offset < 0:
         return None, -1
     return tp.metadata, tp.offset
 
