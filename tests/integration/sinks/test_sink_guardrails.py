@@ -78,3 +78,32 @@ def test_checkpoint_redis_without_aof_is_refused(redis_without_aof: RedisServer,
                                        "redis.require_persistence": "false"})
     assert relaxed.redis is not None
     CheckpointStore(relaxed.redis, app_id).check_persistence()
+
+
+@pytest.mark.redis
+def test_checkpoint_redis_refusing_config_get_is_refused(redis_url: str, app_id: str) -> None:
+    """A managed Redis that refuses CONFIG GET cannot prove AOF: fail closed, name the opt-out."""
+    from urllib.parse import urlsplit
+
+    import redis as redis_py
+
+    admin = redis_py.Redis.from_url(redis_url)
+    user, password = f"{app_id}-user", "pw-" + app_id
+    admin.acl_setuser(user, enabled=True, passwords=[f"+{password}"], keys=["*"],
+                      channels=["*"], commands=["+@all", "-config"])
+    try:
+        parts = urlsplit(redis_url)
+        url = f"redis://{user}:{password}@{parts.hostname}:{parts.port}{parts.path}"
+        strict = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1",
+                                          "app_id": app_id, "redis.url": url})
+        assert strict.redis is not None
+        with pytest.raises(UnsafeSinkSettingError,
+                           match=r"redis\.require_persistence=false") as caught:
+            CheckpointStore.for_config(strict).check_persistence()
+        assert caught.value.fatal() or not caught.value.retriable()
+        relaxed = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1",
+                                           "app_id": app_id, "redis.url": url,
+                                           "redis.require_persistence": "false"})
+        CheckpointStore.for_config(relaxed).check_persistence()
+    finally:
+        admin.acl_deluser(user)
