@@ -104,15 +104,23 @@ class CheckpointStore:
         return f"{KEY_PREFIX}:{{{self.identity}}}:sink:ckpt-index"
 
     def check_persistence(self) -> None:
-        """Refuse a Redis without AOF (a restart would lose checkpoints). Safe to repeat."""
+        """Refuse a Redis without AOF, or one that cannot show it has AOF (a restart would
+        lose checkpoints). Safe to repeat."""
         if not self.redis_config.require_persistence:
             return
         import redis
 
         try:
             appendonly = self.client.config_get("appendonly").get("appendonly")
-        except redis.ResponseError:
-            return  # CONFIG disabled (managed Redis): cannot check, trust the operator
+        except redis.ResponseError as exc:
+            # CONFIG disabled or not permitted (managed Redis): persistence cannot
+            # be verified, so fail closed as the dedup core does; the operator
+            # who knows it is on says so with the opt-out.
+            raise UnsafeSinkSettingError(
+                f"the checkpoint Redis refused CONFIG GET appendonly ({exc}), so persistence "
+                "cannot be verified; if AOF is known to be on (managed Redis), set option "
+                "redis.require_persistence=false"
+            ) from exc
         except redis.RedisError as exc:
             raise CheckpointUnavailableError(
                 f"checkpoint Redis unreachable: {type(exc).__name__}; check option redis.url"
