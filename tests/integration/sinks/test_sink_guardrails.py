@@ -107,3 +107,20 @@ def test_checkpoint_redis_refusing_config_get_is_refused(redis_url: str, app_id:
         CheckpointStore.for_config(relaxed).check_persistence()
     finally:
         admin.acl_deluser(user)
+
+
+@pytest.mark.kafka
+def test_weak_mode_without_redis_warns_about_marker_retention(
+        kafka_bootstrap: str, app_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Without Redis the batch markers live only in Kafka, which expires them."""
+    import logging
+
+    from sinks.admin import prepare
+
+    weak = SinkConfig(app_id=app_id, bootstrap_servers=kafka_bootstrap, strong_productions=False)
+    with caplog.at_level(logging.WARNING, logger="sinks.admin"):
+        prepare(weak)
+    warned = [r.getMessage() for r in caplog.records if "offsets.retention.minutes" in
+              r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    assert "redis.url" in warned[0]
