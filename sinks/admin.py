@@ -9,6 +9,7 @@ optionally, a probe of partitions ``0..n-1``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,15 +22,16 @@ from sinks.config import SinkConfig, sink_identity
 from sinks.exceptions import UnsafeSinkSettingError
 
 TIMEOUT_S = 30.0
+log = logging.getLogger(__name__)
 
 
-def broker_transaction_max_timeout_ms(client_config: dict[str, Any]) -> int | None:
-    """The broker's ``transaction.max.timeout.ms`` (``None`` when it cannot be read)."""
+def broker_configs(client_config: dict[str, Any], names: tuple[str, ...]) -> dict[str, str]:
+    """The values of broker settings ``names`` (those the broker reports; one round trip)."""
     admin = AdminClient(client_config)
     try:
         brokers = sorted(admin.list_topics(timeout=TIMEOUT_S).brokers)
         if not brokers:
-            return None
+            return {}
         resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))
         [future] = admin.describe_configs([resource]).values()
         entries = future.result(TIMEOUT_S)
@@ -38,16 +40,24 @@ def broker_transaction_max_timeout_ms(client_config: dict[str, Any]) -> int | No
             f"could not read broker configs from {client_config.get('bootstrap.servers')}: "
             f"{exc}; check kafka.bootstrap.servers and that the broker is up"
         ) from exc
-    entry = entries.get("transaction.max.timeout.ms")
-    return int(entry.value) if entry is not None and entry.value is not None else None
+    return {name: str(entries[name].value) for name in names
+            if name in entries and entries[name].value is not None}
 
 
-def check_transaction_timeout(config: SinkConfig) -> None:
+def broker_transaction_max_timeout_ms(client_config: dict[str, Any]) -> int | None:
+    """The broker's ``transaction.max.timeout.ms`` (``None`` when it cannot be read)."""
+    value = broker_configs(client_config, ("transaction.max.timeout.ms",)).get(
+        "transaction.max.timeout.ms")
+    return int(value) if value is not None else None
+
+
+def check_transaction_timeout(config: SinkConfig, broker_limit: str | None = None) -> None:
     """Refuse a ``transaction.timeout.ms`` above the broker's maximum.
 
-    Contacts Kafka; safe to repeat.
+    Contacts Kafka unless ``broker_limit`` (already read) is given; safe to repeat.
     """
-    limit = broker_transaction_max_timeout_ms(config.client_config())
+    limit = (int(broker_limit) if broker_limit is not None
+             else broker_transaction_max_timeout_ms(config.client_config()))
     if limit is not None and config.transaction_timeout_ms > limit:
         raise UnsafeSinkSettingError(
             f"kafka.transaction.timeout.ms={config.transaction_timeout_ms} is above the "
@@ -57,9 +67,29 @@ def check_transaction_timeout(config: SinkConfig) -> None:
         )
 
 
+def warn_marker_retention(config: SinkConfig, retention_minutes: str | None) -> None:
+    """Warn when the batch markers live only in Kafka, which deletes them after
+    ``offsets.retention.minutes`` of no commits: a batch committed to Kafka but not
+    to Spark's log, re-run after that long a stop, would be produced again."""
+    if config.redis is not None or retention_minutes is None:
+        return
+    days = int(retention_minutes) / 1440
+    log.warning(
+        "exactly_once_kafka %s: without redis.url the batch markers are kept only as Kafka "
+        "consumer-group offsets, which the broker deletes after offsets.retention.minutes="
+        "%s (%.1f days) without commits; a query stopped longer than that right after a "
+        "Kafka commit would write its last batch again. Set option redis.url, or keep "
+        "stops shorter than offsets.retention.minutes", config.identity, retention_minutes,
+        days)
+
+
 def prepare(config: SinkConfig) -> None:
-    """Driver-side start checks: broker limit, marker topic exists. Safe to repeat."""
-    check_transaction_timeout(config)
+    """Driver-side start checks: broker limit, marker topic exists, marker retention
+    (a warning). Safe to repeat."""
+    settings = broker_configs(config.client_config(),
+                              ("transaction.max.timeout.ms", "offsets.retention.minutes"))
+    check_transaction_timeout(config, settings.get("transaction.max.timeout.ms"))
+    warn_marker_retention(config, settings.get("offsets.retention.minutes"))
     ensure_topic(config.bootstrap_servers, config.marker_topic, partitions=1,
                  client_config={k: v for k, v in config.client_config().items()
                                 if k != "bootstrap.servers"})
