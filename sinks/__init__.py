@@ -20,11 +20,14 @@ from sinks.datasource import (
     register,
 )
 from sinks.exceptions import (
+    CheckpointSchemaError,
     CheckpointStateError,
     CheckpointUnavailableError,
     CommitOutcomeUnknownError,
+    OutputNameInUseError,
     ProducerFencedError,
     ProducerStuckError,
+    QueryIdReusedError,
     SinkConfigError,
     SinkError,
     SinkRecordError,
@@ -37,6 +40,7 @@ from sinks.transactions import close_clients
 
 __all__ = [
     "DATA_SOURCE_NAME",
+    "CheckpointSchemaError",
     "CheckpointStateError",
     "CheckpointStore",
     "CheckpointUnavailableError",
@@ -44,8 +48,10 @@ __all__ = [
     "ExactlyOnceKafkaDataSource",
     "ExactlyOnceKafkaForeachBatch",
     "ExactlyOnceKafkaStreamWriter",
+    "OutputNameInUseError",
     "ProducerFencedError",
     "ProducerStuckError",
+    "QueryIdReusedError",
     "SinkCommitMessage",
     "SinkConfig",
     "SinkConfigError",

@@ -2,12 +2,14 @@
 
 confluent-kafka 2.16 has no ``list_transactions``/``describe_transactions``
 admin calls, so the transactional ids of an app are found from the sink's
-marker consumer groups (``<app_id>.sink.p<n>``, created by the first commit of
-each partition) plus, optionally, a probe of partitions ``0..n-1``.
+marker consumer groups (``<app_id>.sink.p<n>``, or ``<app_id>/<output>.sink.p<n>``
+for a named output, created by the first commit of each partition) plus,
+optionally, a probe of partitions ``0..n-1``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,19 +18,20 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from dedup.config import validate_app_id
 from dedup.kafka_io import KafkaUnavailableError, ensure_topic
-from sinks.config import SinkConfig
+from sinks.config import SinkConfig, sink_identity
 from sinks.exceptions import UnsafeSinkSettingError
 
 TIMEOUT_S = 30.0
+log = logging.getLogger(__name__)
 
 
-def broker_transaction_max_timeout_ms(client_config: dict[str, Any]) -> int | None:
-    """The broker's ``transaction.max.timeout.ms`` (``None`` when it cannot be read)."""
+def broker_configs(client_config: dict[str, Any], names: tuple[str, ...]) -> dict[str, str]:
+    """The values of broker settings ``names`` (those the broker reports; one round trip)."""
     admin = AdminClient(client_config)
     try:
         brokers = sorted(admin.list_topics(timeout=TIMEOUT_S).brokers)
         if not brokers:
-            return None
+            return {}
         resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))
         [future] = admin.describe_configs([resource]).values()
         entries = future.result(TIMEOUT_S)
@@ -37,16 +40,24 @@ def broker_transaction_max_timeout_ms(client_config: dict[str, Any]) -> int | No
             f"could not read broker configs from {client_config.get('bootstrap.servers')}: "
             f"{exc}; check kafka.bootstrap.servers and that the broker is up"
         ) from exc
-    entry = entries.get("transaction.max.timeout.ms")
-    return int(entry.value) if entry is not None and entry.value is not None else None
+    return {name: str(entries[name].value) for name in names
+            if name in entries and entries[name].value is not None}
 
 
-def check_transaction_timeout(config: SinkConfig) -> None:
+def broker_transaction_max_timeout_ms(client_config: dict[str, Any]) -> int | None:
+    """The broker's ``transaction.max.timeout.ms`` (``None`` when it cannot be read)."""
+    value = broker_configs(client_config, ("transaction.max.timeout.ms",)).get(
+        "transaction.max.timeout.ms")
+    return int(value) if value is not None else None
+
+
+def check_transaction_timeout(config: SinkConfig, broker_limit: str | None = None) -> None:
     """Refuse a ``transaction.timeout.ms`` above the broker's maximum.
 
-    Contacts Kafka; safe to repeat.
+    Contacts Kafka unless ``broker_limit`` (already read) is given; safe to repeat.
     """
-    limit = broker_transaction_max_timeout_ms(config.client_config())
+    limit = (int(broker_limit) if broker_limit is not None
+             else broker_transaction_max_timeout_ms(config.client_config()))
     if limit is not None and config.transaction_timeout_ms > limit:
         raise UnsafeSinkSettingError(
             f"kafka.transaction.timeout.ms={config.transaction_timeout_ms} is above the "
@@ -56,9 +67,29 @@ def check_transaction_timeout(config: SinkConfig) -> None:
         )
 
 
+def warn_marker_retention(config: SinkConfig, retention_minutes: str | None) -> None:
+    """Warn when the batch markers live only in Kafka, which deletes them after
+    ``offsets.retention.minutes`` of no commits: a batch committed to Kafka but not
+    to Spark's log, re-run after that long a stop, would be produced again."""
+    if config.redis is not None or retention_minutes is None:
+        return
+    days = int(retention_minutes) / 1440
+    log.warning(
+        "exactly_once_kafka %s: without redis.url the batch markers are kept only as Kafka "
+        "consumer-group offsets, which the broker deletes after offsets.retention.minutes="
+        "%s (%.1f days) without commits; a query stopped longer than that right after a "
+        "Kafka commit would write its last batch again. Set option redis.url, or keep "
+        "stops shorter than offsets.retention.minutes", config.identity, retention_minutes,
+        days)
+
+
 def prepare(config: SinkConfig) -> None:
-    """Driver-side start checks: broker limit, marker topic exists. Safe to repeat."""
-    check_transaction_timeout(config)
+    """Driver-side start checks: broker limit, marker topic exists, marker retention
+    (a warning). Safe to repeat."""
+    settings = broker_configs(config.client_config(),
+                              ("transaction.max.timeout.ms", "offsets.retention.minutes"))
+    check_transaction_timeout(config, settings.get("transaction.max.timeout.ms"))
+    warn_marker_retention(config, settings.get("offsets.retention.minutes"))
     ensure_topic(config.bootstrap_servers, config.marker_topic, partitions=1,
                  client_config={k: v for k, v in config.client_config().items()
                                 if k != "bootstrap.servers"})
@@ -80,15 +111,18 @@ def _client_config(bootstrap: str, client_config: dict[str, Any] | None) -> dict
 
 def list_transactions(bootstrap: str, app_id: str, probe_partitions: int = 0,
                       marker_topic: str = "__dedup_markers",
-                      client_config: dict[str, Any] | None = None) -> list[SinkTransaction]:
-    """The sink's transactional ids of ``app_id`` with their last committed markers.
+                      client_config: dict[str, Any] | None = None,
+                      output_name: str = "") -> list[SinkTransaction]:
+    """The sink's transactional ids of ``app_id`` (and ``output_name``, the option
+    ``output.name``) with their last committed markers.
 
     Read-only, safe to repeat. Whether one of them holds an open transaction
     is not knowable with this client version; :func:`abort_transactions` is
     harmless for ids without one.
     """
     validate_app_id(app_id)
-    prefix = f"{app_id}.sink.p"
+    identity = sink_identity(app_id, output_name)
+    prefix = f"{identity}.sink.p"
     cfg = _client_config(bootstrap, client_config)
     admin = AdminClient(cfg)
     try:
@@ -111,7 +145,7 @@ def list_transactions(bootstrap: str, app_id: str, probe_partitions: int = 0,
                         qid, next_batch = tp.metadata, tp.offset
         except KafkaException:
             pass  # no committed marker for this partition yet
-        out.append(SinkTransaction(f"{app_id}.p{partition}", partition, qid, next_batch))
+        out.append(SinkTransaction(f"{identity}.p{partition}", partition, qid, next_batch))
     return out
 
 
@@ -122,8 +156,10 @@ def _group_request(group: str, topic: str) -> Any:
 
 
 def abort_transactions(bootstrap: str, app_id: str, partitions: list[int] | None = None,
-                       client_config: dict[str, Any] | None = None) -> list[str]:
-    """Abort any open transaction of the app's sink producers; return the ids handled.
+                       client_config: dict[str, Any] | None = None,
+                       output_name: str = "") -> list[str]:
+    """Abort any open transaction of the app's sink producers (of ``output_name``, the
+    option ``output.name``); return the ids handled.
 
     For each partition (default: every one :func:`list_transactions` finds), a
     producer with that ``transactional.id`` calls ``init_transactions``: the
@@ -134,10 +170,11 @@ def abort_transactions(bootstrap: str, app_id: str, partitions: list[int] | None
     validate_app_id(app_id)
     if partitions is None:
         partitions = [t.partition for t in list_transactions(bootstrap, app_id,
-                                                             client_config=client_config)]
+                                                             client_config=client_config,
+                                                             output_name=output_name)]
     done = []
     for partition in partitions:
-        txn_id = f"{app_id}.p{partition}"
+        txn_id = f"{sink_identity(app_id, output_name)}.p{partition}"
         producer = Producer({**_client_config(bootstrap, client_config),
                              "transactional.id": txn_id})
         try:

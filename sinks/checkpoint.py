@@ -1,6 +1,7 @@
 """Strong productions: a partition's output, checkpointed in Redis before it is emitted.
 
-Key layout (``{...}`` is the Redis Cluster hash tag, one slot per (app, partition)):
+Key layout (``{...}`` is the Redis Cluster hash tag, one slot per (app, partition);
+``<app>`` is the app id, or ``<app id>/<output.name>`` when that option is set):
 
 ``dedup:{<app>:p<partition>}:sink:ckpt:<query id>:<batch>``
     The partition's input rows with their record IDs (Arrow IPC stream, as
@@ -17,6 +18,7 @@ import io
 from typing import Any
 
 from dedup.constants import KEY_PREFIX
+from sinks.config import sink_identity
 from sinks.exceptions import (
     CheckpointStateError,
     CheckpointUnavailableError,
@@ -65,12 +67,23 @@ class CheckpointStore:
     per worker process, so an instance is cheap to pickle and ship.
     """
 
-    def __init__(self, redis_config: Any, app_id: str) -> None:
+    def __init__(self, redis_config: Any, app_id: str, output_name: str = "") -> None:
         self.redis_config = redis_config
         self.app_id = app_id
+        self.output_name = output_name
+
+    @classmethod
+    def for_config(cls, config: Any) -> CheckpointStore:
+        """The store of a :class:`~sinks.config.SinkConfig` (its app id and output name)."""
+        return cls(config.redis, config.app_id, config.output_name)
+
+    @property
+    def identity(self) -> str:
+        return sink_identity(self.app_id, getattr(self, "output_name", ""))
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"redis_config": self.redis_config, "app_id": self.app_id}
+        return {"redis_config": self.redis_config, "app_id": self.app_id,
+                "output_name": self.output_name}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -84,22 +97,30 @@ class CheckpointStore:
         return client
 
     def key(self, query_id: str, batch: int, partition: int) -> str:
-        return f"{KEY_PREFIX}:{{{self.app_id}:p{partition}}}:sink:ckpt:{query_id}:{batch}"
+        return f"{KEY_PREFIX}:{{{self.identity}:p{partition}}}:sink:ckpt:{query_id}:{batch}"
 
     @property
     def index_key(self) -> str:
-        return f"{KEY_PREFIX}:{{{self.app_id}}}:sink:ckpt-index"
+        return f"{KEY_PREFIX}:{{{self.identity}}}:sink:ckpt-index"
 
     def check_persistence(self) -> None:
-        """Refuse a Redis without AOF (a restart would lose checkpoints). Safe to repeat."""
+        """Refuse a Redis without AOF, or one that cannot show it has AOF (a restart would
+        lose checkpoints). Safe to repeat."""
         if not self.redis_config.require_persistence:
             return
         import redis
 
         try:
             appendonly = self.client.config_get("appendonly").get("appendonly")
-        except redis.ResponseError:
-            return  # CONFIG disabled (managed Redis): cannot check, trust the operator
+        except redis.ResponseError as exc:
+            # CONFIG disabled or not permitted (managed Redis): persistence cannot
+            # be verified, so fail closed as the dedup core does; the operator
+            # who knows it is on says so with the opt-out.
+            raise UnsafeSinkSettingError(
+                f"the checkpoint Redis refused CONFIG GET appendonly ({exc}), so persistence "
+                "cannot be verified; if AOF is known to be on (managed Redis), set option "
+                "redis.require_persistence=false"
+            ) from exc
         except redis.RedisError as exc:
             raise CheckpointUnavailableError(
                 f"checkpoint Redis unreachable: {type(exc).__name__}; check option redis.url"

@@ -10,6 +10,7 @@ never appear in ``repr`` or in error messages.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,9 @@ _SECRET_WORDS = ("password", "secret", "token", "oauthbearer.config", "ssl.key.p
 # the sink always writes bytes, so they have no meaning here.
 _JAVA_ONLY = {"key.serializer", "value.serializer", "key.deserializer", "value.deserializer"}
 _TRUE = {"true", "1", "yes", "on"}
+# Like an app id; no '/', which separates the two in every name (app ids cannot
+# contain it, so "<app>/<output>" never equals another app id's names).
+_OUTPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _FALSE = {"false", "0", "no", "off"}
 
 
@@ -69,6 +73,15 @@ def _int(options: Mapping[str, str], name: str, default: int, minimum: int = 0) 
     return value
 
 
+def sink_identity(app_id: str, output_name: str = "") -> str:
+    """The name every key of one output derives from: ``<app_id>`` or ``<app_id>/<output>``.
+
+    An empty output name keeps the original key formats, so pipelines that
+    predate ``output.name`` keep their markers and checkpoints.
+    """
+    return f"{app_id}/{output_name}" if output_name else app_id
+
+
 @dataclass(frozen=True)
 class SinkConfig:
     """Everything a sink partition writer needs; picklable and validated.
@@ -106,6 +119,12 @@ class SinkConfig:
         Attempts of one partition after abortable Kafka errors.
     failpoint_dir:
         Directory of armed fail-points (tests and chaos runs only).
+    output_name:
+        Option ``output.name``: names one of several outputs of an app id (for
+        example two sinks in one ``foreachBatch``). When set, transactional ids
+        (``<app_id>/<output>.p<partition>``), marker groups and checkpoint keys
+        include it, so the outputs never share markers. Empty (the default)
+        keeps the key formats of a single output.
     """
 
     app_id: str
@@ -120,12 +139,18 @@ class SinkConfig:
     max_batch_duration_ms: int = DEFAULT_MAX_BATCH_DURATION_MS
     transaction_retries: int = 3
     failpoint_dir: str | None = None
+    output_name: str = ""
 
     def __post_init__(self) -> None:
         try:
             validate_app_id(self.app_id)
         except ConfigError as exc:
             raise SinkConfigError(f"option app_id: {exc}") from exc
+        if self.output_name and not _OUTPUT_NAME.match(self.output_name):
+            raise SinkConfigError(
+                f"option output.name={self.output_name!r} is invalid: use 1-100 letters, "
+                "digits, '.', '_' or '-', starting with a letter or digit"
+            )
         if not self.bootstrap_servers:
             raise SinkConfigError("option kafka.bootstrap.servers is required "
                                   "(host:port of the Kafka brokers)")
@@ -142,7 +167,8 @@ class SinkConfig:
         if "transactional.id" in config:
             raise UnsafeSinkSettingError(
                 "option kafka.transactional.id must not be set: the sink derives one per "
-                f"(app_id, partition) as '{self.app_id}.p<partition>'; remove the option"
+                f"(app_id, output.name, partition) as '{self.identity}.p<partition>'; "
+                "remove the option"
             )
         if str(config.get("enable.idempotence", "true")).lower() in _FALSE:
             raise UnsafeSinkSettingError(
@@ -175,13 +201,18 @@ class SinkConfig:
                 f"option kafka.transaction.timeout.ms={raw!r} must be an integer"
             ) from exc
 
+    @property
+    def identity(self) -> str:
+        """``<app_id>`` or ``<app_id>/<output.name>``: the stem of every name of this output."""
+        return sink_identity(self.app_id, self.output_name)
+
     def transactional_id(self, partition: int) -> str:
         """``transactional.id`` of the producer of ``partition``."""
-        return f"{self.app_id}.p{partition}"
+        return f"{self.identity}.p{partition}"
 
     def marker_group(self, partition: int) -> str:
         """Consumer group whose committed marker offset records the last batch of ``partition``."""
-        return f"{self.app_id}.sink.p{partition}"
+        return f"{self.identity}.sink.p{partition}"
 
     def client_config(self) -> dict[str, Any]:
         """Settings for admin clients and consumers: bootstrap plus security settings."""
@@ -203,7 +234,8 @@ class SinkConfig:
     def __repr__(self) -> str:
         redis = redact_url(self.redis.url) if self.redis else None
         return (
-            f"SinkConfig(app_id={self.app_id!r}, bootstrap_servers={self.bootstrap_servers!r}, "
+            f"SinkConfig(app_id={self.app_id!r}, output_name={self.output_name!r}, "
+            f"bootstrap_servers={self.bootstrap_servers!r}, "
             f"topic={self.topic!r}, producer_config={redact_config(self.producer_config)!r}, "
             f"redis={redis!r}, strong_productions={self.strong_productions}, "
             f"record_id_column={self.record_id_column!r}, "
@@ -244,4 +276,5 @@ class SinkConfig:
                                        DEFAULT_MAX_BATCH_DURATION_MS, minimum=1),
             transaction_retries=_int(opts, "transaction.retries", 3, minimum=1),
             failpoint_dir=opts.get("failpoint.dir") or None,
+            output_name=str(opts.get("output.name") or "").strip(),
         )

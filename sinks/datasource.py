@@ -82,7 +82,7 @@ class ExactlyOnceKafkaDataSource(DataSource):
         prepare(config)
         if config.strong_productions:
             assert config.redis is not None
-            CheckpointStore(config.redis, config.app_id).check_persistence()
+            CheckpointStore.for_config(config).check_persistence()
         return ExactlyOnceKafkaStreamWriter(config, layout, [f.name for f in schema.fields])
 
 
@@ -115,7 +115,7 @@ class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter
             return
         query_ids = {m.query_id for m in messages if isinstance(m, SinkCommitMessage)}
         assert self.config.redis is not None
-        store = CheckpointStore(self.config.redis, self.config.app_id)
+        store = CheckpointStore.for_config(self.config)
         for query_id in query_ids:
             try:
                 store.collect_garbage(query_id, batchId)

@@ -26,6 +26,26 @@ class UnsafeSinkSettingError(SinkConfigError, UnsafeSettingError):
     """A sink setting would break exactly-once output; refused unless overridden."""
 
 
+class OutputNameInUseError(SinkConfigError):
+    """Two sinks of one (app_id, output.name) in one process: they would share every marker.
+
+    A retry cannot fix it (fatal): give each output its own ``output.name``.
+    """
+
+    _fatal = True
+
+
+class QueryIdReusedError(SinkError, RuntimeError):
+    """The batch marker of this query id is more than one batch ahead: the id was reused.
+
+    In a healthy run Spark re-runs at most the last batch, so a marker further
+    ahead means a reset checkpoint or two queries with one id. Fatal: a retry
+    sees the same marker.
+    """
+
+    _fatal = True
+
+
 class SinkRecordError(SinkError, ValueError):
     """A record cannot be written (null record ID, no topic) and no dead-letter topic is set."""
 
@@ -38,6 +58,15 @@ class CheckpointUnavailableError(SinkError, ConnectionError):
 
 class CheckpointStateError(SinkError, RuntimeError):
     """A stored checkpoint could not be decoded (corruption or a foreign key)."""
+
+
+class CheckpointSchemaError(CheckpointStateError):
+    """A checkpoint's columns differ from the input's (the code changed before a replay).
+
+    Fatal: every retry replays the same checkpoint.
+    """
+
+    _fatal = True
 
 
 class TransactionFailedError(SinkError, RuntimeError):

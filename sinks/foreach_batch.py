@@ -14,14 +14,23 @@ Spark passes to the callable.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sinks.admin import prepare
 from sinks.checkpoint import CheckpointStore
 from sinks.config import SinkConfig
-from sinks.exceptions import SinkConfigError
+from sinks.exceptions import OutputNameInUseError, SinkConfigError
 from sinks.records import check_schema
+
+# (app_id, output.name) -> the first sink instance of this process that wrote it.
+# Two sinks of one pair would share transactional ids, markers and checkpoints:
+# the second would find the first one's marker and skip every batch, silently.
+# Weak references, so a sink that is gone (its query over) frees its name.
+_OUTPUTS: dict[tuple[str, str], weakref.ref[Any]] = {}
+_OUTPUTS_LOCK = threading.Lock()
 
 
 class ExactlyOnceKafkaForeachBatch:
@@ -37,6 +46,10 @@ class ExactlyOnceKafkaForeachBatch:
 
     Calling it again for the same batch id is safe (the batch is skipped).
     A failure raises, and the query fails or Spark retries the batch.
+
+    Several sinks of one app id (several outputs per batch) need distinct
+    ``output.name`` options: a second live instance of one (app_id,
+    output.name) in this process is refused at its first call.
     """
 
     def __init__(self, options: Mapping[str, Any]) -> None:
@@ -44,6 +57,37 @@ class ExactlyOnceKafkaForeachBatch:
         self.config = SinkConfig.from_options(self.options)
         self.fixed_query_id = self.options.get("query_id")
         self._prepared = False
+
+    def claim_output(self) -> None:
+        """Register this instance as the writer of its (app_id, output.name) in this process.
+
+        Raises :class:`OutputNameInUseError` (fatal) when another live instance
+        holds the pair. Safe to repeat on the same instance.
+        """
+        key = (self.config.app_id, self.config.output_name)
+        with _OUTPUTS_LOCK:
+            ref = _OUTPUTS.get(key)
+            owner = ref() if ref is not None else None
+            if owner is None:
+                _OUTPUTS[key] = weakref.ref(self)
+                return
+            if owner is self:
+                return
+        raise OutputNameInUseError(
+            f"another ExactlyOnceKafkaForeachBatch of app_id {key[0]!r} already writes "
+            f"output.name={key[1]!r} in this process; both would share transactional ids and "
+            "batch markers and the second would skip every batch: give each output its own "
+            "option output.name (e.g. output.name=audit), or reuse one instance "
+            "(release() the old one once its query has stopped)"
+        )
+
+    def release(self) -> None:
+        """Give up this instance's (app_id, output.name) so a new instance may use it."""
+        key = (self.config.app_id, self.config.output_name)
+        with _OUTPUTS_LOCK:
+            ref = _OUTPUTS.get(key)
+            if ref is not None and ref() is self:
+                del _OUTPUTS[key]
 
     def _query_id(self, df: Any) -> str:
         if self.fixed_query_id:
@@ -58,11 +102,12 @@ class ExactlyOnceKafkaForeachBatch:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         config = self.config
+        self.claim_output()  # before anything is written: a shared output is refused
         if not self._prepared:
             prepare(config)
             if config.strong_productions:
                 assert config.redis is not None
-                CheckpointStore(config.redis, config.app_id).check_persistence()
+                CheckpointStore.for_config(config).check_persistence()
             self._prepared = True
         layout = check_schema(df.schema, config)
         columns = list(df.columns)
@@ -85,4 +130,4 @@ class ExactlyOnceKafkaForeachBatch:
         df.mapInArrow(write, "produced long").collect()
         if config.strong_productions:
             assert config.redis is not None
-            CheckpointStore(config.redis, config.app_id).collect_garbage(query_id, batch)
+            CheckpointStore.for_config(config).collect_garbage(query_id, batch)

@@ -120,7 +120,13 @@ def _column(batch: Any, name: str, present: bool) -> list[Any]:
 
     if not present:
         return [None] * batch.num_rows
-    column = batch.column(batch.schema.get_field_index(name))
+    index = batch.schema.get_field_index(name)
+    if index < 0:  # -1 would silently read the last column
+        raise SinkSchemaError(
+            f"column {name!r} is missing from a batch the sink received (it has "
+            f"{', '.join(batch.schema.names)}); the input layout and the data disagree"
+        )
+    column = batch.column(index)
     if pa.types.is_string(column.type):
         column = column.cast(pa.binary())
     elif pa.types.is_large_string(column.type):

@@ -51,6 +51,7 @@ from sinks.exceptions import (
     CommitOutcomeUnknownError,
     ProducerFencedError,
     ProducerStuckError,
+    QueryIdReusedError,
     TransactionFailedError,
 )
 from sinks.records import OutRecord
@@ -211,7 +212,14 @@ def read_marker(config: SinkConfig, partition: int,
             raise TransactionFailedError(
                 f"could not read the batch marker of {config.marker_group(partition)}: {exc}"
             ) from exc
-    if tp.error is not None or tp.offset < 0:
+    if tp.error is not None:
+        # Not "no marker": the batch may be committed, and producing it again
+        # would duplicate it. Fail the attempt; Spark's retry reads again.
+        raise TransactionFailedError(
+            f"the batch marker of {config.marker_group(partition)} could not be read: "
+            f"{tp.error}; the task fails and Spark retries it"
+        )
+    if tp.offset < 0:
         return None, -1
     return tp.metadata, tp.offset
 
@@ -296,7 +304,21 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         drop_producer(config.transactional_id(partition))
         producer, _ = get_producer(config, partition)
         marker_qid, next_batch = read_marker(config, partition)
-    if marker_qid == query_id and next_batch >= batch + 1:
+    if marker_qid == query_id and next_batch > batch + 1:
+        # Spark re-runs at most its last batch (whose Kafka commit may have
+        # preceded Spark's own commit); batch + 1 is started only after batch
+        # is in Spark's commit log. A marker further ahead was written by
+        # another life of this query id, and skipping would drop this batch.
+        raise QueryIdReusedError(
+            f"sink batch {batch} partition {partition}: the batch marker of "
+            f"{config.marker_group(partition)} says query id {query_id!r} already committed "
+            f"batch {next_batch - 1}, more than one batch ahead: the query id was reused (a "
+            "reset or new checkpoint location, or two queries with one id). Give this query "
+            "a new query_id option (it then writes every batch it reads, including input an "
+            "earlier query wrote), or restore the old checkpoint location; `dedup txn list "
+            "--app-id` shows the markers"
+        )
+    if marker_qid == query_id and next_batch == batch + 1:
         return True, 0
     try:
         producer.begin_transaction()

@@ -14,6 +14,7 @@ from dedup.failpoints import fail_point
 from dedup.worker_imports import keep_static_archive_caches
 from sinks.checkpoint import CheckpointStore, decode_batches, encode_batches
 from sinks.config import SinkConfig
+from sinks.exceptions import CheckpointSchemaError
 from sinks.records import InputLayout, iter_rows_as_batches, to_records
 from sinks.transactions import PartitionResult, write_partition
 
@@ -28,6 +29,46 @@ def _as_arrow(items: Iterable[Any], columns: list[str]) -> Iterable[Any]:
     if hasattr(first, "num_rows"):
         return chained
     return iter_rows_as_batches(chained, columns)
+
+
+def _normal_type(arrow_type: Any) -> str:
+    """A column type for comparison; large and plain string/binary are the same data."""
+    import pyarrow as pa
+
+    if pa.types.is_large_string(arrow_type):
+        return "string"
+    if pa.types.is_large_binary(arrow_type):
+        return "binary"
+    return str(arrow_type)
+
+
+def check_replay_schema(stored: list[Any], current: list[Any], columns: list[str],
+                        batch: int, partition: int) -> None:
+    """Refuse to replay a checkpoint whose columns differ from this attempt's input.
+
+    The Arrow IPC checkpoint carries its schema. When the code between the
+    source and the sink changed after the first attempt stored it (a crash,
+    a deploy, the restart), the stored rows no longer fit the input layout
+    computed on the driver, and emitting them would write wrong keys, values
+    or topics. Pure.
+    """
+    if not stored:
+        return  # the first attempt had no rows: nothing is replayed
+    old = {f.name: _normal_type(f.type) for f in stored[0].schema}
+    if current:
+        new = {f.name: _normal_type(f.type) for f in current[0].schema}
+    else:  # no rows this time: only the names are known
+        new = {name: old.get(name, "?") for name in columns}
+    differ = sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))
+    if differ:
+        detail = ", ".join(f"{name} ({old.get(name, 'absent')} in the checkpoint, "
+                           f"{new.get(name, 'absent')} now)" for name in differ)
+        raise CheckpointSchemaError(
+            f"the sink checkpoint of batch {batch} partition {partition} was written by other "
+            f"code: columns differ: {detail}. Replaying it would emit wrong records: restore "
+            "the previous code until this batch is committed, then deploy the change (or, "
+            "discarding that batch's exactly-once output, start with a new app_id / output.name)"
+        )
 
 
 def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
@@ -46,12 +87,22 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     replayed = False
     if config.strong_productions:
         assert config.redis is not None  # checked by SinkConfig
-        store = CheckpointStore(config.redis, config.app_id)
+        store = CheckpointStore.for_config(config)
         # The checkpoint is the Arrow input as received (cheap: no per-row
         # work); the Kafka records derive from it deterministically.
         stored, won = store.put_if_absent(query_id, batch, partition, encode_batches(arrow))
+        # A checkpoint left under this key by an earlier life of a reused
+        # query_id (foreachBatch option) is never emitted: such leftovers are of
+        # the old life's last batch or two (GC removed older ones), so that
+        # life's markers are ahead of every earlier batch number, and
+        # write_partition refuses the new life (QueryIdReusedError, marker >
+        # batch + 1) at its first batch with rows in a partition, long before it
+        # reaches the leftover's batch. Not distinguishable: an old life that
+        # committed only batch 0, whose marker equals a re-run of batch 0's.
         if not won:
-            arrow, replayed = decode_batches(stored), True
+            old = decode_batches(stored)
+            check_replay_schema(old, arrow, columns, batch, partition)
+            arrow, replayed = old, True
     records, dead = to_records(arrow, config, layout, batch, partition)
     fail_point("sink.after_checkpoint", config.failpoint_dir, batch=batch,
                partition=partition, attempt=attempt)

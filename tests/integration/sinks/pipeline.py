@@ -38,12 +38,12 @@ class Topics:
 
 
 def fill_input(bootstrap: str, app_id: str, records: int = 240, duplicates: int = 24,
-               partitions: int = 2) -> tuple[Topics, dict[str, bytes]]:
+               partitions: int = 2, id_prefix: str = "id") -> tuple[Topics, dict[str, bytes]]:
     """Write the input; return the topics and the expected ``{record_id: value}``."""
     topics = Topics(f"{app_id}-in", f"{app_id}-out")
     ensure_topic(bootstrap, topics.source, partitions)
     ensure_topic(bootstrap, topics.out, OUT_PARTITIONS)
-    rows = [(f"id-{i:05d}", f"value-{i}") for i in range(records)]
+    rows = [(f"{id_prefix}-{i:05d}", f"value-{i}") for i in range(records)]
     if dedup_available():
         rows += rows[: duplicates]  # the same key is the same record ID
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{app_id}-fill"})

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from dedup.failpoints import arm, fired
 from sinks import ExactlyOnceKafkaForeachBatch
 from tests.integration.sinks.pipeline import (
+    Topics,
     build_stream,
     check_exact,
     fill_input,
@@ -43,3 +46,41 @@ def test_foreach_batch_sink_is_exact_after_a_kill(spark: Any, kafka_bootstrap: s
     assert (report.lost, report.duplicated) == (0, 0), report.summary()
     assert report.ok, report.summary()
     assert len(read_output(kafka_bootstrap, topics.out, "read_uncommitted")) > report.observed
+
+
+def _run_foreach(df: Any, sink: Any, checkpoint: str) -> Any:
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    try:
+        with contextlib.suppress(StreamingQueryException):  # inspected by the caller
+            query.awaitTermination(150)
+    finally:
+        if query.isActive:
+            query.stop()
+    return query
+
+
+def test_a_fixed_query_id_reused_after_a_checkpoint_reset_is_refused(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_path: Path) -> None:
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    options = {**sink_options(kafka_bootstrap, topics, app_id, redis_url),
+               "query_id": "orders"}
+    sink = ExactlyOnceKafkaForeachBatch(options)
+    first = _run_foreach(build_stream(spark, kafka_bootstrap, topics, app_id, redis_url),
+                         sink, str(tmp_path / "checkpoint-1"))
+    assert first.exception() is None, first.exception()
+    assert check_exact(kafka_bootstrap, topics.out, expected).ok
+    # The checkpoint is reset (a new folder) and new input arrives, but the
+    # query_id option stays: the old markers say batches 0..3 are done.
+    later, more = fill_input(kafka_bootstrap, f"{app_id}-2", records=60, duplicates=0,
+                              id_prefix="new")
+    later = Topics(later.source, topics.out)
+    second = _run_foreach(
+        build_stream(spark, kafka_bootstrap, later, f"{app_id}-2", redis_url),
+        sink, str(tmp_path / "checkpoint-2"))
+    report = check_exact(kafka_bootstrap, topics.out, {**expected, **more})
+    assert second.exception() is not None, (
+        f"the reused query_id was not refused; output: {report.summary()}")
+    assert "query_id" in str(second.exception())
+    assert check_exact(kafka_bootstrap, topics.out, expected).ok  # nothing of the new input

@@ -78,3 +78,49 @@ def test_checkpoint_redis_without_aof_is_refused(redis_without_aof: RedisServer,
                                        "redis.require_persistence": "false"})
     assert relaxed.redis is not None
     CheckpointStore(relaxed.redis, app_id).check_persistence()
+
+
+@pytest.mark.redis
+def test_checkpoint_redis_refusing_config_get_is_refused(redis_url: str, app_id: str) -> None:
+    """A managed Redis that refuses CONFIG GET cannot prove AOF: fail closed, name the opt-out."""
+    from urllib.parse import urlsplit
+
+    import redis as redis_py
+
+    admin = redis_py.Redis.from_url(redis_url)
+    user, password = f"{app_id}-user", "pw-" + app_id
+    admin.acl_setuser(user, enabled=True, passwords=[f"+{password}"], keys=["*"],
+                      channels=["*"], commands=["+@all", "-config"])
+    try:
+        parts = urlsplit(redis_url)
+        url = f"redis://{user}:{password}@{parts.hostname}:{parts.port}{parts.path}"
+        strict = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1",
+                                          "app_id": app_id, "redis.url": url})
+        assert strict.redis is not None
+        with pytest.raises(UnsafeSinkSettingError,
+                           match=r"redis\.require_persistence=false") as caught:
+            CheckpointStore.for_config(strict).check_persistence()
+        assert caught.value.fatal() or not caught.value.retriable()
+        relaxed = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1",
+                                           "app_id": app_id, "redis.url": url,
+                                           "redis.require_persistence": "false"})
+        CheckpointStore.for_config(relaxed).check_persistence()
+    finally:
+        admin.acl_deluser(user)
+
+
+@pytest.mark.kafka
+def test_weak_mode_without_redis_warns_about_marker_retention(
+        kafka_bootstrap: str, app_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Without Redis the batch markers live only in Kafka, which expires them."""
+    import logging
+
+    from sinks.admin import prepare
+
+    weak = SinkConfig(app_id=app_id, bootstrap_servers=kafka_bootstrap, strong_productions=False)
+    with caplog.at_level(logging.WARNING, logger="sinks.admin"):
+        prepare(weak)
+    warned = [r.getMessage() for r in caplog.records if "offsets.retention.minutes" in
+              r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    assert "redis.url" in warned[0]

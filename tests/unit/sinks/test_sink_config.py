@@ -168,3 +168,32 @@ def test_everything_shipped_to_executors_pickles() -> None:
     assert pickle.loads(pickle.dumps(CheckpointStore(cfg.redis, "app-1"))).app_id == "app-1"
     sink = ExactlyOnceKafkaForeachBatch(BASE)
     assert pickle.loads(pickle.dumps(sink)).config == sink.config
+
+
+def test_output_name_gives_each_output_its_own_keys() -> None:
+    plain, named = config(), config(**{"output.name": "audit"})
+    assert (plain.output_name, plain.transactional_id(2), plain.marker_group(2)) == \
+        ("", "app-1.p2", "app-1.sink.p2")
+    assert named.transactional_id(2) == "app-1/audit.p2"
+    assert named.marker_group(2) == "app-1/audit.sink.p2"
+    assert plain.redis is not None
+    plain_store = CheckpointStore(plain.redis, "app-1")
+    named_store = CheckpointStore(plain.redis, "app-1", "audit")
+    assert plain_store.key("q", 3, 1) == "dedup:{app-1:p1}:sink:ckpt:q:3"
+    assert named_store.key("q", 3, 1) == "dedup:{app-1/audit:p1}:sink:ckpt:q:3"
+    assert named_store.index_key == "dedup:{app-1/audit}:sink:ckpt-index"
+    with pytest.raises(SinkConfigError, match=r"output\.name"):
+        config(**{"output.name": "a/b"})
+
+
+def test_two_foreach_batch_sinks_with_one_output_name_are_refused() -> None:
+    app = f"app-registry-{id(object())}"
+    first = ExactlyOnceKafkaForeachBatch({**BASE, "app_id": app, "output.name": "x"})
+    second = ExactlyOnceKafkaForeachBatch({**BASE, "app_id": app, "output.name": "x"})
+    other = ExactlyOnceKafkaForeachBatch({**BASE, "app_id": app, "output.name": "y"})
+    first.claim_output()
+    first.claim_output()  # the same instance again is fine
+    other.claim_output()
+    with pytest.raises(SinkConfigError, match=r"output\.name") as caught:
+        second.claim_output()
+    assert caught.value.fatal() and not caught.value.retriable()
