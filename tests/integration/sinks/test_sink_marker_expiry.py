@@ -1,0 +1,62 @@
+"""Batch markers that Kafka deleted (``offsets.retention.minutes`` passed during a stop).
+
+The markers are consumer-group offsets. A batch committed to Kafka but not yet
+to Spark's log, retried after the broker deleted the group, must not be
+produced again: with a Redis (``redis.url``) the sink keeps a copy of each
+partition's last committed batch there, where nothing expires it.
+Deleting the marker group with the admin client stands in for the expiry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from dedup.config import RedisConfig
+from dedup.constants import RECORD_ID_HEADER
+from dedup.kafka_io import consume_all, ensure_topic
+from sinks import SinkConfig
+from sinks.admin import prepare
+from sinks.records import OutRecord
+from sinks.transactions import close_clients, write_partition
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.redis]
+
+
+@pytest.fixture(autouse=True)
+def _close_cached_clients() -> Iterator[None]:
+    yield
+    close_clients()
+
+
+def _records(topic: str, batch: int, n: int = 20) -> list[OutRecord]:
+    return [OutRecord(topic, None, f"k{batch}-{i}".encode(), f"v{batch}-{i}".encode(), (),
+                      f"id-{batch}-{i}".encode()) for i in range(n)]
+
+
+def _expire_markers(bootstrap: str, group: str) -> None:
+    close_clients()  # the cached marker consumer and producer, as after a long stop
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_consumer_groups([group], request_timeout=30).values():
+        future.result(30)
+
+
+def test_a_batch_retried_after_its_kafka_marker_expired_is_not_produced_again(
+        kafka_bootstrap: str, redis_url: str, app_id: str) -> None:
+    topic = f"{app_id}-out"
+    config = SinkConfig(app_id=app_id, bootstrap_servers=kafka_bootstrap, topic=topic,
+                        redis=RedisConfig(redis_url))
+    prepare(config)
+    ensure_topic(kafka_bootstrap, topic, 1)
+    write_partition(config, _records(topic, 0), "query-1", 0, 0)
+    first = write_partition(config, _records(topic, 1), "query-1", 1, 0)
+    assert not first.skipped
+    # Spark did not commit batch 1; the query stays down past the marker retention.
+    _expire_markers(kafka_bootstrap, config.marker_group(0))
+    retry = write_partition(config, _records(topic, 1), "query-1", 1, 0)
+    ids = [(r.header(RECORD_ID_HEADER) or b"").decode()
+           for r in consume_all(kafka_bootstrap, topic, "read_committed", idle_timeout=1.5)]
+    assert len(ids) == len(set(ids)) == 40, f"{len(ids) - len(set(ids))} records duplicated"
+    assert retry.skipped
