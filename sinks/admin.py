@@ -90,6 +90,12 @@ def prepare(config: SinkConfig) -> None:
                               ("transaction.max.timeout.ms", "offsets.retention.minutes"))
     check_transaction_timeout(config, settings.get("transaction.max.timeout.ms"))
     warn_marker_retention(config, settings.get("offsets.retention.minutes"))
+    if config.redis is not None and settings.get("offsets.retention.minutes") is not None:
+        from sinks.checkpoint import CheckpointStore
+
+        # The executors judge an old commit intent against it (sinks.transactions).
+        CheckpointStore.for_config(config).set_marker_retention(
+            int(settings["offsets.retention.minutes"]))
     ensure_topic(config.bootstrap_servers, config.marker_topic, partitions=1,
                  client_config={k: v for k, v in config.client_config().items()
                                 if k != "bootstrap.servers"})

@@ -103,6 +103,67 @@ class CheckpointStore:
     def index_key(self) -> str:
         return f"{KEY_PREFIX}:{{{self.identity}}}:sink:ckpt-index"
 
+    def marker_key(self, partition: int) -> str:
+        """Hash with the Redis copy of a partition's batch marker (``committed``,
+        ``intent``): Kafka deletes its own after ``offsets.retention.minutes``."""
+        return f"{KEY_PREFIX}:{{{self.identity}:p{partition}}}:sink:marker"
+
+    @property
+    def meta_key(self) -> str:
+        return f"{KEY_PREFIX}:{{{self.identity}}}:sink:meta"
+
+    def _call(self, what: str, fn: Any) -> Any:
+        import redis
+
+        try:
+            return fn()
+        except redis.RedisError as exc:
+            raise CheckpointUnavailableError(
+                f"could not {what}: {type(exc).__name__}: {exc}; the task fails and Spark "
+                "retries it"
+            ) from exc
+
+    def record_intent(self, query_id: str, batch: int, partition: int) -> None:
+        """Note that ``batch`` is about to be committed to Kafka (with the time, ms)."""
+        import time
+
+        value = f"{query_id}:{batch}:{int(time.time() * 1000)}"
+        self._call(f"record the commit intent of batch {batch} partition {partition}",
+                   lambda: self.client.hset(self.marker_key(partition), "intent", value))
+
+    def record_committed(self, query_id: str, batch: int, partition: int) -> None:
+        """Note that ``batch`` is committed to Kafka. Safe to repeat."""
+        self._call(f"record the commit of batch {batch} partition {partition}",
+                   lambda: self.client.hset(self.marker_key(partition), "committed",
+                                            f"{query_id}:{batch}"))
+
+    def read_marker_copy(self, partition: int
+                         ) -> tuple[tuple[str, int] | None, tuple[str, int, int] | None]:
+        """``(committed (query, batch), intent (query, batch, ms))``, each None if absent."""
+        raw = self._call(f"read the marker copy of partition {partition}",
+                         lambda: self.client.hmget(self.marker_key(partition),
+                                                   "committed", "intent"))
+        committed = intent = None
+        if raw[0] is not None:
+            qid, _, batch = raw[0].decode().rpartition(":")
+            committed = (qid, int(batch))
+        if raw[1] is not None:
+            rest, _, ms = raw[1].decode().rpartition(":")
+            qid, _, batch = rest.rpartition(":")
+            intent = (qid, int(batch), int(ms))
+        return committed, intent
+
+    def set_marker_retention(self, minutes: int) -> None:
+        """Remember the broker's ``offsets.retention.minutes`` (driver, at start)."""
+        self._call("record the marker retention",
+                   lambda: self.client.hset(self.meta_key, "retention_ms", minutes * 60_000))
+
+    def marker_retention_ms(self) -> int:
+        """The recorded retention; Kafka's default (7 days) when never recorded."""
+        raw = self._call("read the marker retention",
+                         lambda: self.client.hget(self.meta_key, "retention_ms"))
+        return int(raw) if raw is not None else 7 * 24 * 3600 * 1000
+
     def check_persistence(self) -> None:
         """Refuse a Redis without AOF, or one that cannot show it has AOF (a restart would
         lose checkpoints). Safe to repeat."""

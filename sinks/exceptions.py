@@ -46,6 +46,14 @@ class QueryIdReusedError(SinkError, RuntimeError):
     _fatal = True
 
 
+class MarkerLostError(SinkError, RuntimeError):
+    """A batch's Kafka marker is gone (``offsets.retention.minutes`` passed) and the
+    sink cannot tell whether that batch was committed. Fatal: a retry cannot tell
+    either."""
+
+    _fatal = True
+
+
 class SinkRecordError(SinkError, ValueError):
     """A record cannot be written (null record ID, no topic) and no dead-letter topic is set."""
 

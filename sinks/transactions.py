@@ -46,9 +46,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from dedup.constants import RECORD_ID_HEADER
 from dedup.failpoints import fail_point
+from sinks.checkpoint import CheckpointStore
 from sinks.config import SinkConfig
 from sinks.exceptions import (
     CommitOutcomeUnknownError,
+    MarkerLostError,
     ProducerFencedError,
     ProducerStuckError,
     QueryIdReusedError,
@@ -320,6 +322,11 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         )
     if marker_qid == query_id and next_batch == batch + 1:
         return True, 0
+    store = CheckpointStore.for_config(config) if config.redis is not None else None
+    # Not the usual "previous batch done": Kafka's marker may have expired.
+    if (store is not None and not (marker_qid == query_id and next_batch == batch)
+            and _committed_per_redis(store, query_id, batch, partition)):
+        return True, 0
     try:
         producer.begin_transaction()
         # The marker first: a fenced (stale cached) producer fails here, before
@@ -334,7 +341,11 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
             producer.flush(CALL_TIMEOUT_S)
         fail_point("sink.before_commit", config.failpoint_dir, batch=batch,
                    partition=partition, attempt=attempt)
+        if store is not None:
+            store.record_intent(query_id, batch, partition)
         _commit(producer, what)
+        if store is not None:
+            store.record_committed(query_id, batch, partition)
     except KafkaException as exc:
         error: KafkaError = exc.args[0]
         if _is_fenced(error):
@@ -343,6 +354,35 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
             raise _Abortable(str(error)) from exc
         raise _classify(exc, what) from exc
     return False, len(records)
+
+
+def _committed_per_redis(store: CheckpointStore, query_id: str, batch: int,
+                         partition: int) -> bool:
+    """Whether the Redis copy of the marker says ``batch`` is committed to Kafka.
+
+    Kafka deletes a marker group ``offsets.retention.minutes`` after its last
+    commit. The copy says ``committed`` after each Kafka commit and ``intent``
+    just before it; an intent for this batch with no commit recorded is
+    ambiguous only when it is older than the retention (a newer commit would
+    still have its Kafka marker), and then the batch is refused.
+    """
+    committed, intent = store.read_marker_copy(partition)
+    if committed is not None and committed[0] == query_id and committed[1] >= batch:
+        log.warning("sink batch %d partition %d: Kafka's batch marker is gone (expired?) but "
+                    "the Redis copy says it is committed: skipped", batch, partition)
+        return True
+    if intent is not None and intent[:2] == (query_id, batch):
+        age_ms = time.time() * 1000 - intent[2]
+        if age_ms >= store.marker_retention_ms():
+            raise MarkerLostError(
+                f"sink batch {batch} partition {partition}: its commit to Kafka began "
+                f"{age_ms / 3_600_000:.1f} h ago, longer than the broker's "
+                "offsets.retention.minutes, and its Kafka batch marker is gone, so whether "
+                "it was committed cannot be told; check the output topic for records of this "
+                "batch, then resume with a new query id or raise offsets.retention.minutes "
+                "above the longest stop"
+            )
+    return False
 
 
 def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,

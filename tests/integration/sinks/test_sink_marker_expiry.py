@@ -60,3 +60,28 @@ def test_a_batch_retried_after_its_kafka_marker_expired_is_not_produced_again(
            for r in consume_all(kafka_bootstrap, topic, "read_committed", idle_timeout=1.5)]
     assert len(ids) == len(set(ids)) == 40, f"{len(ids) - len(set(ids))} records duplicated"
     assert retry.skipped
+
+
+def test_an_old_commit_intent_without_a_marker_is_refused(kafka_bootstrap: str,
+                                                         redis_url: str, app_id: str) -> None:
+    """A crash between the Kafka commit and the Redis copy, then a stop longer than the
+    retention: whether the batch is in Kafka cannot be told, so it is refused."""
+    from sinks import MarkerLostError
+    from sinks.checkpoint import CheckpointStore
+
+    topic = f"{app_id}-out"
+    config = SinkConfig(app_id=app_id, bootstrap_servers=kafka_bootstrap, topic=topic,
+                        redis=RedisConfig(redis_url))
+    prepare(config)
+    ensure_topic(kafka_bootstrap, topic, 1)
+    write_partition(config, _records(topic, 0), "query-1", 0, 0)
+    store = CheckpointStore.for_config(config)
+    store.record_intent("query-1", 1, 0)  # ... and the worker died right after the commit
+    store.set_marker_retention(0)  # every intent is older than the retention
+    _expire_markers(kafka_bootstrap, config.marker_group(0))
+    with pytest.raises(MarkerLostError, match=r"offsets\.retention\.minutes"):
+        write_partition(config, _records(topic, 1), "query-1", 1, 0)
+    # A young intent (the broker keeps markers 7 days here) is no doubt: not committed.
+    prepare(config)
+    retry = write_partition(config, _records(topic, 1), "query-1", 1, 0)
+    assert not retry.skipped and retry.produced == 20
