@@ -144,6 +144,16 @@ class LatePolicy(StrEnum):
     (counted as ``late_passed``): no loss, possible duplicate of an expired ID."""
 
 
+def _coerce_enum(config: Any, name: str, kind: type[StrEnum]) -> None:
+    """Turn the string in field ``name`` of a frozen config into ``kind``, or refuse it."""
+    value = getattr(config, name)
+    try:
+        object.__setattr__(config, name, kind(value))
+    except ValueError as exc:
+        choices = " or ".join(repr(m.value) for m in kind)
+        raise ConfigError(f"{name} must be {choices}, not {value!r}") from exc
+
+
 class InvalidIdPolicy(StrEnum):
     """What happens to a record whose ID is null, empty, too long or holds a newline."""
 
@@ -193,12 +203,7 @@ class RetentionConfig:
                 "retention horizon_seconds / bucket_seconds must be <= 400 buckets: "
                 "use wider buckets"
             )
-        try:
-            object.__setattr__(self, "late_policy", LatePolicy(self.late_policy))
-        except ValueError as exc:
-            raise ConfigError(
-                f"late_policy must be 'drop' or 'pass', not {self.late_policy!r}"
-            ) from exc
+        _coerce_enum(self, "late_policy", LatePolicy)
 
     @property
     def live_buckets(self) -> int:
@@ -268,12 +273,7 @@ class DedupConfig:
 
     def __post_init__(self) -> None:
         validate_app_id(self.app_id)
-        try:
-            object.__setattr__(self, "invalid_ids", InvalidIdPolicy(self.invalid_ids))
-        except ValueError as exc:
-            raise ConfigError(
-                f"invalid_ids must be 'fail' or 'dead_letter', not {self.invalid_ids!r}"
-            ) from exc
+        _coerce_enum(self, "invalid_ids", InvalidIdPolicy)
         if not self.lease_seconds >= 0:
             raise ConfigError(f"lease_seconds must be >= 0, not {self.lease_seconds!r}")
         if not isinstance(self.journal_versions, int) or not 1 <= self.journal_versions <= 1000:

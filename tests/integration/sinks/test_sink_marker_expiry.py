@@ -36,6 +36,17 @@ def _records(topic: str, batch: int, n: int = 20) -> list[OutRecord]:
                       f"id-{batch}-{i}".encode()) for i in range(n)]
 
 
+def _sink_with_batch_0(bootstrap: str, redis_url: str, app_id: str) -> tuple[str, SinkConfig]:
+    """A strong-productions sink of one partition whose batch 0 is committed."""
+    topic = f"{app_id}-out"
+    config = SinkConfig(app_id=app_id, bootstrap_servers=bootstrap, topic=topic,
+                        redis=RedisConfig(redis_url))
+    prepare(config)
+    ensure_topic(bootstrap, topic, 1)
+    write_partition(config, _records(topic, 0), "query-1", 0, 0)
+    return topic, config
+
+
 def _expire_markers(bootstrap: str, group: str) -> None:
     close_clients()  # the cached marker consumer and producer, as after a long stop
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -45,12 +56,7 @@ def _expire_markers(bootstrap: str, group: str) -> None:
 
 def test_a_batch_retried_after_its_kafka_marker_expired_is_not_produced_again(
         kafka_bootstrap: str, redis_url: str, app_id: str) -> None:
-    topic = f"{app_id}-out"
-    config = SinkConfig(app_id=app_id, bootstrap_servers=kafka_bootstrap, topic=topic,
-                        redis=RedisConfig(redis_url))
-    prepare(config)
-    ensure_topic(kafka_bootstrap, topic, 1)
-    write_partition(config, _records(topic, 0), "query-1", 0, 0)
+    topic, config = _sink_with_batch_0(kafka_bootstrap, redis_url, app_id)
     first = write_partition(config, _records(topic, 1), "query-1", 1, 0)
     assert not first.skipped
     # Spark did not commit batch 1; the query stays down past the marker retention.
@@ -69,12 +75,7 @@ def test_an_old_commit_intent_without_a_marker_is_refused(kafka_bootstrap: str,
     from sinks import MarkerLostError
     from sinks.checkpoint import CheckpointStore
 
-    topic = f"{app_id}-out"
-    config = SinkConfig(app_id=app_id, bootstrap_servers=kafka_bootstrap, topic=topic,
-                        redis=RedisConfig(redis_url))
-    prepare(config)
-    ensure_topic(kafka_bootstrap, topic, 1)
-    write_partition(config, _records(topic, 0), "query-1", 0, 0)
+    topic, config = _sink_with_batch_0(kafka_bootstrap, redis_url, app_id)
     store = CheckpointStore.for_config(config)
     store.record_intent("query-1", 1, 0)  # ... and the worker died right after the commit
     store.set_marker_retention(0)  # every intent is older than the retention
