@@ -1,4 +1,5 @@
-"""A deliberately broken copy of the exactly-once sink: it ignores the batch marker.
+"""A deliberately broken copy of the exactly-once sink: it ignores the batch marker
+(the Kafka one and its Redis copy).
 
 Used only to prove that the chaos checks catch a sink that is not exactly-once.
 Importable by Spark's Python workers (data sources are pickled by reference).
@@ -38,8 +39,11 @@ class BrokenMarkerWriter(ExactlyOnceKafkaStreamWriter):
         # The patch lives only for this call: the worker process is reused by
         # other tests, which must get the real sink.
         real = sinks.transactions.read_marker
+        real_copy = sinks.transactions._committed_per_redis
         sinks.transactions.read_marker = lambda config, partition, **_: (None, -1)
+        sinks.transactions._committed_per_redis = lambda *_: False
         try:
             return super().write(iterator)
         finally:
             sinks.transactions.read_marker = real
+            sinks.transactions._committed_per_redis = real_copy
