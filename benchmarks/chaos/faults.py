@@ -59,6 +59,11 @@ KNOWN_FAILING: dict[str, str] = {
         "partition had not committed are dropped as duplicates by the new query (new "
         "query id, so no replay of the old decision) and never reach Kafka; needs a core "
         "change (refuse or release a dead query's uncommitted claims)"),
+    "redis_failover_lagging_replica": (
+        "duplicates: claims acknowledged by the primary but not yet replicated are gone "
+        "after the failover, so later copies of those IDs pass as new; nothing detects "
+        "the rolled-back catalog (needs a core change: WAIT for a replica, or detect the "
+        "rollback and refuse)"),
 }
 SUBPROCESS_KINDS = {"driver_kill", "executor_kill"}
 WORKER_KILL_POINTS = ("dedup.after_claim", "sink.after_checkpoint", "sink.mid_produce",
