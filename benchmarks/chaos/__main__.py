@@ -11,8 +11,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.chaos.faults import FAULT_KINDS
-from benchmarks.chaos.report import figures, summary_figures, write
+from benchmarks.chaos.faults import CRASH_KINDS, FAULT_KINDS, OPERATIONAL_KINDS
+from benchmarks.chaos.report import (
+    MATRIX_NAMES,
+    figures,
+    other_matrices,
+    summary_figures,
+    write,
+)
 from benchmarks.chaos.runner import ChaosEnv, RunResult, RunSpec, run_one, schedule
 from benchmarks.common import RESULTS_DIR, merge_summary, run_metadata
 
@@ -21,9 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__)
     parser.add_argument("--runs", type=int, default=200, help="faulted runs (default 200)")
     parser.add_argument("--seed", type=int, default=20261122)
-    parser.add_argument("--kinds", default=",".join(FAULT_KINDS),
-                        help="comma-separated fault kinds (default: all)")
-    parser.add_argument("--name", default="chaos", help="results file name (JSON + markdown)")
+    parser.add_argument("--kinds", default="",
+                        help="comma-separated fault kinds (default: the crash kinds, or the "
+                             "operational kinds with --operational)")
+    parser.add_argument("--operational", action="store_true",
+                        help="the matrix of the operational kinds: --kinds defaults to them "
+                             "and --name to chaos_operational")
+    parser.add_argument("--name", default="",
+                        help="results file name (JSON + markdown; default chaos, or "
+                             "chaos_operational with --operational)")
     parser.add_argument("--no-summary", action="store_true",
                         help="do not merge the totals into summary.json")
     parser.add_argument("--max-minutes", type=float, default=0,
@@ -39,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(to split one matrix over processes; merge the progress files "
                              "and --report-only)")
     args = parser.parse_args(argv)
-    kinds = [k for k in args.kinds.split(",") if k]
+    args.name = args.name or ("chaos_operational" if args.operational else "chaos")
+    default_kinds = OPERATIONAL_KINDS if args.operational else CRASH_KINDS
+    kinds = [k for k in (args.kinds or ",".join(default_kinds)).split(",") if k]
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:
         parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
@@ -76,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {spec.index + 1}/{len(specs)} {spec.kind:<20} "
                   f"hit={result.fault.confirmed!s:<5} lost={report.get('lost', '?')} "
                   f"dup={report.get('duplicated', '?')} phantom={report.get('phantoms', '?')} "
-                  f"restarts={result.restarts} {result.duration_s:.0f}s "
+                  f"restarts={result.restarts} {result.outcome} {result.duration_s:.0f}s "
                   f"{result.error[:80]}", flush=True)
     finally:
         env.stop()
@@ -92,7 +106,9 @@ def _report(results: list[RunResult], args: argparse.Namespace, scheduled: int) 
     data["runs_detail"] = [r.as_dict() for r in results]
     json_path, md_path = write(data, RESULTS_DIR, args.name)
     if not args.no_summary:
-        merge_summary(summary_figures(data))
+        # the chaos_* totals cover every run of the matrices of MATRIX_NAMES
+        others = other_matrices(RESULTS_DIR, args.name) if args.name in MATRIX_NAMES else []
+        merge_summary(summary_figures(data, others))
     print(json.dumps({k: data[k] for k in ("runs", "fault_kinds_hit", "losses", "duplicates",
                                            "phantoms", "failed_runs")}))
     print(f"wrote {json_path} and {md_path}")

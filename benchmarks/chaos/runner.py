@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.chaos.faults import (
     FAULT_KINDS,
+    OPERATIONAL_KINDS,
     SUBPROCESS_KINDS,
     TXN_TIMEOUT_MS,
     WORKER_KILL_POINTS,
@@ -71,6 +72,10 @@ class RunResult:
     recovery_s: float | None = None
     duration_s: float = 0.0
     error: str = ""
+    # "exact", "refused" (operational kinds: refused with a clear message, an
+    # exact prefix before, exact after the restart with the original settings)
+    # or "failed"; "" in progress files written before outcomes were recorded
+    outcome: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -137,7 +142,8 @@ class ChaosEnv:
             server.stop()
 
 
-def pipeline_text(app_id: str, topic: str, spec: RunSpec, master: str = "local[2,4]") -> str:
+def pipeline_text(app_id: str, topic: str, spec: RunSpec, master: str = "local[2,4]",
+                  num_shards: int = 4, bucket_seconds: int = 24 * 3600) -> str:
     dup90 = spec.kind == "dup90_tiny_bloom"
     sink_options = ""
     if spec.kind == "txn_timeout":
@@ -158,7 +164,8 @@ num_partitions = 2
 strategy = "column"
 column = "event_id"
 [dedup]
-num_shards = 4
+num_shards = {num_shards}
+retention_bucket_seconds = {bucket_seconds}
 bloom_capacity = {20 if dup90 else 100000}
 bloom_error_rate = {0.5 if dup90 else 0.01}
 [sink]
@@ -246,6 +253,8 @@ class Run:
         self.component_back.set()
         self.clock = _RecoveryClock(env.kafka.bootstrap_servers, self.topic)
         self.recovery_s: float | None = None
+        # operational kinds: the refusal's one-line message, None when not refused
+        self.refused: str | None = None
 
     # -- the fault, in a thread beside the pipeline -----------------------------
     def prepare(self) -> Callable[[], None] | None:
@@ -483,11 +492,15 @@ def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:
     injector: threading.Thread | None = None
     try:
         ensure_topic(env.kafka.bootstrap_servers, run.topic, partitions=2)
-        inject = run.prepare()
+        inject = None if spec.kind in OPERATIONAL_KINDS else run.prepare()
         if inject is not None:
             injector = threading.Thread(target=inject, daemon=True)
             injector.start()
-        if spec.kind in SUBPROCESS_KINDS:
+        if spec.kind in OPERATIONAL_KINDS:
+            from benchmarks.chaos.operational import run_operational
+
+            result.restarts = run_operational(run)
+        elif spec.kind in SUBPROCESS_KINDS:
             result.restarts = run_subprocess(run)
         else:
             result.restarts = run_inprocess(run)
@@ -511,7 +524,23 @@ def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:
         result.error = result.error or f"verify: {_first_line(exc)}"
     result.recovery_s = run.recovery_s
     result.duration_s = time.monotonic() - started
+    result.outcome = _outcome(run, result)
     return result
+
+
+def _outcome(run: Run, result: RunResult) -> str:
+    """``exact``, ``refused`` (see :data:`FAULT_KINDS`) or ``failed``."""
+    exact = not result.error and bool(result.report.get("ok", False))
+    if not exact:
+        return "failed"
+    if run.refused is None:
+        return "exact"
+    prefix = run.fault.evidence.get("prefix_check", {})
+    if not prefix.get("ok", False):
+        result.error = (f"refused, but the output before the restart was not an exact "
+                        f"prefix: {prefix}")
+        return "failed"
+    return "refused"
 
 
 def _confirm_extra(run: Run) -> bool:

@@ -1,7 +1,12 @@
 """The CI subset of the chaos matrix: every fault kind once, each confirmed, output exact.
 
-The full matrix (200+ runs) is ``python -m benchmarks.chaos``; this runs the
-same code for one run per fault kind.
+The full matrices (200+ crash runs, and the operational kinds) are
+``python -m benchmarks.chaos [--operational]``; this runs the same code for
+one run per fault kind. An operational kind passes exact, or refused (a clear
+message naming the change, an exact prefix before it, exact after the restart
+with the original settings). A kind with a known finding
+(``KNOWN_FAILING``) is a strict xfail: its check stays as it is, and the test
+turns red once the finding is fixed so that the mark is removed.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos.faults import FAULT_KINDS
+from benchmarks.chaos.faults import FAULT_KINDS, KNOWN_FAILING, OPERATIONAL_KINDS
 from benchmarks.chaos.report import figures, markdown
 from benchmarks.chaos.runner import ChaosEnv, RunResult, run_one, schedule
 
@@ -30,13 +35,22 @@ def chaos_env(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos
         env.stop()
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=[s.kind for s in SPECS])
+PARAMS = [pytest.param(s, id=s.kind, marks=[pytest.mark.xfail(
+              strict=True, reason=f"known finding: {KNOWN_FAILING[s.kind]}")]
+              if s.kind in KNOWN_FAILING else []) for s in SPECS]
+
+
+@pytest.mark.parametrize("spec", PARAMS)
 def test_fault_is_hit_and_output_is_exact(chaos_env: ChaosEnv, spec) -> None:  # type: ignore[no-untyped-def]
     result = run_one(chaos_env, spec)
     RESULTS.append(result)
     report = result.report
-    assert not result.error, result.error
     assert result.fault.confirmed, f"fault {spec.kind} was not confirmed: {result.fault}"
+    assert not result.error, result.error
+    if spec.kind in OPERATIONAL_KINDS:
+        assert result.outcome in ("exact", "refused"), result
+    else:
+        assert result.outcome == "exact", result
     assert report["lost"] == 0, report
     assert report["duplicated"] == 0, report
     assert report["phantoms"] == 0 and report["mismatched"] == 0, report
@@ -51,5 +65,9 @@ def test_figures_cover_every_kind() -> None:
         "date": "test", "machine": "test", "pyspark": "x", "confluent_kafka": "x",
         "librdkafka": "x"})
     assert data["fault_kinds_hit"] == len(FAULT_KINDS)
-    assert (data["losses"], data["duplicates"], data["phantoms"]) == (0, 0, 0)
+    assert data["operational_kinds_hit"] == len(OPERATIONAL_KINDS)
+    clean = [row for kind, row in data["per_kind"].items() if kind not in KNOWN_FAILING]
+    assert all((row["losses"], row["duplicates"], row["phantoms"]) == (0, 0, 0)
+               for row in clean), data["per_kind"]
+    assert sum(row["exact"] + row["refused"] for row in clean) == len(clean)
     assert "| **total** |" in markdown(data)
