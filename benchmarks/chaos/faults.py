@@ -55,10 +55,11 @@ CRASH_KINDS = tuple(k for k in FAULT_KINDS if k not in OPERATIONAL_KINDS)
 # numbers); the check itself is not weakened, the report marks them.
 KNOWN_FAILING: dict[str, str] = {
     "checkpoint_reset": (
-        "loss: the IDs the old query claimed in its last, uncommitted batch whose sink "
-        "partition had not committed are dropped as duplicates by the new query (new "
-        "query id, so no replay of the old decision) and never reach Kafka; needs a core "
-        "change (refuse or release a dead query's uncommitted claims)"),
+        "matrix runs so far predate the core's unfinished-batch refusal and lost the IDs "
+        "the old query claimed in its uncommitted batch; the core now refuses the new "
+        "query at its first claim, but this kind deletes the old checkpoint and so cannot "
+        "follow the message (finish the old query from its checkpoint, then reset): it must "
+        "keep the old checkpoint aside and restart it after the refusal"),
     "redis_failover_lagging_replica": (
         "duplicates: claims acknowledged by the primary but not yet replicated are gone "
         "after the failover, so later copies of those IDs pass as new; nothing detects "

@@ -5,8 +5,8 @@ The full matrices (200+ crash runs, and the operational kinds) are
 one run per fault kind. An operational kind passes exact, or refused (a clear
 message naming the change, an exact prefix before it, exact after the restart
 with the original settings). A kind with a known finding
-(``KNOWN_FAILING``) is a strict xfail: its check stays as it is, and the test
-turns red once the finding is fixed so that the mark is removed.
+(``KNOWN_FAILING``) is an xfail: its check stays as it is, and the report
+counts its runs apart; remove the mark once the finding is fixed.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ def chaos_env(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos
         env.stop()
 
 
+# Not strict: a known finding may not show in every single run (a failover whose
+# replica happened to be caught up), and CI must not turn red on that luck.
 PARAMS = [pytest.param(s, id=s.kind, marks=[pytest.mark.xfail(
-              strict=True, reason=f"known finding: {KNOWN_FAILING[s.kind]}")]
+              strict=False, reason=f"known finding: {KNOWN_FAILING[s.kind]}")]
               if s.kind in KNOWN_FAILING else []) for s in SPECS]
 
 
