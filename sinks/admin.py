@@ -71,7 +71,7 @@ def warn_marker_retention(config: SinkConfig, retention_minutes: str | None) -> 
     """Warn when the batch markers live only in Kafka, which deletes them after
     ``offsets.retention.minutes`` of no commits: a batch committed to Kafka but not
     to Spark's log, re-run after that long a stop, would be produced again."""
-    if config.redis is not None or retention_minutes is None:
+    if (config.strong_productions and config.redis is not None) or retention_minutes is None:
         return
     days = int(retention_minutes) / 1440
     log.warning(
@@ -90,7 +90,8 @@ def prepare(config: SinkConfig) -> None:
                               ("transaction.max.timeout.ms", "offsets.retention.minutes"))
     check_transaction_timeout(config, settings.get("transaction.max.timeout.ms"))
     warn_marker_retention(config, settings.get("offsets.retention.minutes"))
-    if config.redis is not None and settings.get("offsets.retention.minutes") is not None:
+    if (config.strong_productions and config.redis is not None
+            and settings.get("offsets.retention.minutes") is not None):
         from sinks.checkpoint import CheckpointStore
 
         # The executors judge an old commit intent against it (sinks.transactions).

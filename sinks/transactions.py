@@ -322,7 +322,10 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         )
     if marker_qid == query_id and next_batch == batch + 1:
         return True, 0
-    store = CheckpointStore.for_config(config) if config.redis is not None else None
+    # The marker copy lives beside the checkpoints: strong productions only (weak
+    # productions promise not to touch Redis).
+    store = (CheckpointStore.for_config(config)
+             if config.strong_productions and config.redis is not None else None)
     # Not the usual "previous batch done": Kafka's marker may have expired.
     if (store is not None and not (marker_qid == query_id and next_batch == batch)
             and _committed_per_redis(store, query_id, batch, partition)):

@@ -310,11 +310,18 @@ def _checkpoint_reset(run: Run) -> int:
     ev["checkpoint_deleted"] = not Path(run.checkpoint).exists()
     run.fault.detail = (f"sink partition {_held_partition(run)} of batch {run.spec.batch} held, "
                         "query stopped, checkpoint deleted, restarted with the same app id")
-    restarts = _finish(run, pipeline, url, run.checkpoint)
-    metadata = Path(run.checkpoint) / "metadata"
     import json
 
-    ev["new_query_id"] = json.loads(metadata.read_text())["id"] if metadata.exists() else None
+    metadata = Path(run.checkpoint) / "metadata"
+    try:
+        restarts = _finish(run, pipeline, url, run.checkpoint)
+    finally:
+        # The fault (a reset checkpoint under a new query id) is confirmed whatever the
+        # new query then did: refused by the unfinished-batch check, or not.
+        ev["new_query_id"] = (json.loads(metadata.read_text())["id"] if metadata.exists()
+                              else None)
+        run.fault.confirmed = (partial["partial"] and ev["checkpoint_deleted"]
+                               and ev["new_query_id"] not in (None, partial["query_id"]))
     refusals = [e for e in ev.get("query_errors", []) if "AppIdInUseError" in e
                 or "in use by streaming query" in e]
     ev["lease_refusals"] = len(refusals)
