@@ -165,3 +165,50 @@ def test_a_new_query_may_take_over_once_the_old_one_committed_or_was_forgotten(
     assert catalog.forget_query("query-a") == 2
     outcome = new.claim("query-b", 0, 1, ["y", "z"], "query-b", now=1_800_000_000.0)
     assert outcome.keep.tolist() == [False, True]  # y counts as seen, as the message said
+
+
+def _replicate(primary_url: str, replica_url: str) -> Any:
+    """Make ``replica_url`` a replica of ``primary_url``; its client once in sync."""
+    import time
+    from urllib.parse import urlsplit
+
+    replica = redis.Redis.from_url(replica_url)
+    replica.execute_command("REPLICAOF", "127.0.0.1", str(urlsplit(primary_url).port))
+    deadline = time.monotonic() + 30
+    while replica.info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < deadline, "the replica did not sync with the primary"
+        time.sleep(0.1)
+    primary = redis.Redis.from_url(primary_url)
+    assert primary.wait(1, 5000) == 1
+    return replica
+
+
+def test_a_claim_is_acknowledged_only_once_a_replica_holds_it(tmp_path: Any) -> None:
+    """Failover to a lagging replica: a claim the primary acknowledged but never
+    replicated is gone after the failover, and its ID passes as new a second time.
+    A claim may only be acknowledged (its rows emitted) once the replicas hold it."""
+    from dedup import CatalogUnavailableError
+    from dedup.local.services import RedisServer
+
+    with RedisServer(tmp_path / "primary") as primary, \
+            RedisServer(tmp_path / "replica") as replica_server:
+        replica = _replicate(primary.url, replica_server.url)
+        cfg = make_config(primary.url, bloom=BloomConfig(enabled=False))
+        RedisCatalog(cfg).check_setup()
+        worker = claimer(cfg)
+        now = 1_800_000_000.0
+        assert worker.claim("q", 0, 0, ["x1"], now=now).keep.tolist() == [True]
+        # The replica is cut off: from now on it holds what it had.
+        replica.execute_command("REPLICAOF", "NO", "ONE")
+        try:
+            acknowledged = worker.claim("q", 1, 0, ["x2"], now=now).keep.tolist() == [True]
+        except CatalogUnavailableError as exc:
+            assert "replica" in str(exc)
+            acknowledged = False
+        # Failover: the replica is the catalog now.
+        held = any(replica.sismember(key, "x2") for key in replica.scan_iter(
+            match=f"dedup:{{{cfg.app_id}:s0}}:ids:*"))
+        assert held or not acknowledged, \
+            "claim of x2 acknowledged but lost by the failover: x2 would be kept twice"
+        assert any(replica.sismember(key, "x1") for key in replica.scan_iter(
+            match=f"dedup:{{{cfg.app_id}:s0}}:ids:*"))
