@@ -10,7 +10,10 @@ call stays within one Redis Cluster slot:
                               ``t<version>`` -> the random token of that version
 ``dedup:{app:s3}:ids:<b>``    SET of IDs claimed in time bucket ``b`` (expires)
 ``dedup:{app}:meta``          hash: the layout settings recorded on first use
-                              (:data:`LAYOUT_SETTINGS`)
+                              (:data:`LAYOUT_SETTINGS`) and ``replicas``, the
+                              replicas every claim waits for
+``dedup:{app:s3}:ack``        string: written before a ``WAIT`` that must cover a
+                              replayed decision (expires)
 ``dedup:{app}:lease``         hash: owner (query id), until (ms), fence, checked: the
                               app id's lease; every shard state keeps the highest
                               fence that claimed it
@@ -39,6 +42,7 @@ from dedup.exceptions import (
     AppIdInUseError,
     CatalogStateError,
     CatalogUnavailableError,
+    ReplicaAckError,
     ShardCountMismatchError,
     UnsafeSettingError,
 )
@@ -65,6 +69,10 @@ def journal_key(app_id: str, shard: int) -> str:
 
 def bucket_key(app_id: str, shard: int, bucket: int) -> str:
     return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:ids:{bucket}"
+
+
+def ack_key(app_id: str, shard: int) -> str:
+    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:ack"
 
 
 def meta_key(app_id: str) -> str:
@@ -110,6 +118,9 @@ _CLIENTS_LOCK = threading.Lock()
 # (app id, query id) -> (decision, fence) of the last lease taken in this process:
 # the lease is taken (and renewed) once per batch, not once per shard.
 _FENCES: dict[tuple[str, str], tuple[str, int]] = {}
+# (url, app id) -> the replicas its claims wait for, read once per process from the
+# app's meta when the config leaves it to the recorded count
+_REPLICAS: dict[tuple[str, str], int] = {}
 
 
 def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
@@ -373,7 +384,28 @@ class RedisCatalog:
             self._fence(lease_owner, decision), cfg.journal_versions, uuid.uuid4().hex,
             "\n".join(negatives), "\n".join(positives), tag[2] if tag else "", digest,
         ]
-        reply = self._run("claim", keys, args, f"the claim of shard {shard} ({decision})")
+        what = f"the claim of shard {shard} ({decision})"
+        required = self.required_replicas()
+        if required:
+            # One round trip: the claim, then WAIT for the replicas to hold it (its
+            # rows go on only then, so a failover to a replica cannot forget it).
+            client, scripts = client_and_scripts(cfg.redis)
+            with redis_errors(cfg.redis, what):
+                pipe = client.pipeline(transaction=False)
+                scripts["claim"](keys=keys, args=args, client=pipe)
+                pipe.wait(required, int(cfg.redis.replica_timeout * 1000))
+                reply, acked = pipe.execute()
+            if reply[0] in (b"REPLAY", "REPLAY"):
+                # A replay wrote nothing on this connection, so the WAIT above may not
+                # cover the recorded decision: write, then wait again.
+                with redis_errors(cfg.redis, what):
+                    pipe = client.pipeline(transaction=False)
+                    pipe.set(ack_key(app, shard), decision, px=60_000)
+                    pipe.wait(required, int(cfg.redis.replica_timeout * 1000))
+                    acked = pipe.execute()[1]
+            self._check_acked(int(acked), required, what)
+        else:
+            reply = self._run("claim", keys, args, what)
         status = self._check_status(reply, shard)
         if status == "REPLAY":
             recorded = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
@@ -398,6 +430,31 @@ class RedisCatalog:
         return ClaimReply(keep=keep, replay=False, epoch=text[0], version=int(text[1]),
                           catch_up=_split(text[3]), mode=text[4], lookups=int(text[5]),
                           token=text[6])
+
+    def required_replicas(self) -> int:
+        """Replicas every claim waits for: ``RedisConfig.wait_replicas``, or the count
+        recorded for the app id (read once per process)."""
+        explicit = self.config.redis.wait_replicas
+        if explicit is not None:
+            return explicit
+        key = (self.config.redis.url, self.config.app_id)
+        known = _REPLICAS.get(key)
+        if known is None:
+            client, _ = client_and_scripts(self.config.redis)
+            with redis_errors(self.config.redis, "reading the app id's replica count"):
+                raw = client.hget(meta_key(self.config.app_id), "replicas")
+            known = _REPLICAS[key] = int(raw or 0)
+        return known
+
+    def _check_acked(self, acked: int, required: int, what: str) -> None:
+        if acked < required:
+            raise ReplicaAckError(
+                f"Redis at {redact_url(self.config.redis.url)}: {what} reached {acked} of "
+                f"{required} replicas within {self.config.redis.replica_timeout:g} s; a "
+                "failover now could forget it, so the batch fails and Spark retries it: check "
+                "the replicas' links (INFO replication), or set RedisConfig(wait_replicas=N) "
+                "to the replicas that must hold every claim (0 if no replica is ever promoted)"
+            )
 
     def snapshot(self, shard: int, now: float) -> Snapshot:
         """All live IDs of ``shard`` and the version they reflect (one atomic read)."""
@@ -454,6 +511,9 @@ class RedisCatalog:
         ------
         ShardCountMismatchError
             ``num_shards`` differs from the recorded count.
+        ReplicaAckError
+            Fewer replicas are connected than claims wait for (see
+            ``RedisConfig.wait_replicas``).
         UnsafeSettingError
             Persistence is off, Redis may evict keys, or the settings cannot be
             read (unless ``RedisConfig(require_persistence=False)``).
@@ -468,6 +528,7 @@ class RedisCatalog:
             client.ping()
             if cfg.redis.require_persistence:
                 _check_safe_settings(client, url)
+            connected = _connected_replicas(client)
             pipe = client.pipeline(transaction=False)
             for name, value in wanted.items():
                 if value != "":  # an unknown value (e.g. a hand-made ID column) is not pinned
@@ -482,7 +543,44 @@ class RedisCatalog:
                 f"now {cfg.num_shards}; changing the count would re-shard IDs and let "
                 f"duplicates through: use num_shards={recorded['num_shards']} or a new app id"
             )
+        recorded["replicas"] = str(self._record_replicas(client, recorded, connected))
         return recorded
+
+    def _record_replicas(self, client: Any, recorded: dict[str, str], connected: int) -> int:
+        """Record the replicas claims wait for; refuse when fewer are connected.
+
+        Without ``wait_replicas`` the count only grows (the most replicas seen at
+        a start): a replica that dropped out must be reattached, or the user says
+        how many suffice. An explicit count is recorded as the new one.
+        """
+        cfg = self.config
+        explicit = cfg.redis.wait_replicas
+        before = int(recorded.get("replicas", 0))
+        required = explicit if explicit is not None else max(before, connected)
+        if required != before or "replicas" not in recorded:
+            with redis_errors(cfg.redis, "recording the replica count"):
+                client.hset(meta_key(cfg.app_id), "replicas", required)
+        _REPLICAS[(cfg.redis.url, cfg.app_id)] = required
+        if connected < required:
+            raise ReplicaAckError(
+                f"Redis at {redact_url(cfg.redis.url)} has {connected} connected replicas, but "
+                f"claims of app id {cfg.app_id!r} wait for {required} (so a failover cannot "
+                "forget them): reattach the replicas, or set RedisConfig(wait_replicas=N) to "
+                "the replicas that must hold every claim (0 if no replica is ever promoted)"
+            )
+        return required
+
+
+def _connected_replicas(client: Any) -> int:
+    """Replicas connected to this Redis now (0 when INFO is refused)."""
+    import redis
+
+    try:
+        return int(client.info("replication").get("connected_slaves", 0))
+    except redis.exceptions.ResponseError:
+        log.warning("Redis refused INFO replication: claims wait for the replicas recorded "
+                    "for the app id, or RedisConfig(wait_replicas)")
+        return 0
 
 
 LAYOUT_SETTINGS = ("num_shards", "num_partitions", "placement", "bucket_seconds", "id_strategy")

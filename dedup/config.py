@@ -64,6 +64,14 @@ class RedisConfig:
     options:
         Extra keyword arguments for ``redis.Redis.from_url`` (``ssl_ca_certs``,
         ``username``, ...), passed through unchanged.
+    wait_replicas:
+        Replicas that must hold a claim before its rows go on (Redis ``WAIT``),
+        so a failover to any of them cannot forget it. None (the default)
+        waits for the count recorded for the app id: the most replicas the
+        primary had at any start. 0 never waits (no replica is ever promoted).
+    replica_timeout:
+        Seconds a claim waits for its replicas; then the batch fails (fail closed)
+        and Spark retries it. Must be below ``socket_timeout``.
     """
 
     url: str = "redis://127.0.0.1:6379/0"
@@ -71,6 +79,8 @@ class RedisConfig:
     connect_timeout: float = 5.0
     require_persistence: bool = True
     options: Mapping[str, Any] = field(default_factory=dict)
+    wait_replicas: int | None = None
+    replica_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         scheme = urlsplit(self.url).scheme
@@ -81,12 +91,21 @@ class RedisConfig:
             )
         if self.socket_timeout <= 0 or self.connect_timeout <= 0:
             raise ConfigError("redis socket_timeout and connect_timeout must be > 0 seconds")
+        if self.wait_replicas is not None and (isinstance(self.wait_replicas, bool) or not
+                                               isinstance(self.wait_replicas, int)
+                                               or self.wait_replicas < 0):
+            raise ConfigError(f"redis wait_replicas must be None (the recorded count) or an "
+                              f"integer >= 0, not {self.wait_replicas!r}")
+        if not 0 < self.replica_timeout < self.socket_timeout:
+            raise ConfigError(f"redis replica_timeout ({self.replica_timeout} s) must be > 0 "
+                              f"and below socket_timeout ({self.socket_timeout} s)")
         object.__setattr__(self, "options", dict(self.options))
 
     def __repr__(self) -> str:
         return (
             f"RedisConfig(url={redact_url(self.url)!r}, socket_timeout={self.socket_timeout}, "
-            f"require_persistence={self.require_persistence}, options=<{len(self.options)} keys>)"
+            f"require_persistence={self.require_persistence}, "
+            f"wait_replicas={self.wait_replicas}, options=<{len(self.options)} keys>)"
         )
 
     def client(self) -> Any:

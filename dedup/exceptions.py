@@ -57,6 +57,11 @@ class CatalogUnavailableError(DedupError, ConnectionError):
     _retriable = True
 
 
+class ReplicaAckError(CatalogUnavailableError):
+    """Fewer Redis replicas than required acknowledged a claim in time: a failover
+    could forget it, so the batch fails (retriable once the replicas catch up)."""
+
+
 class CatalogStateError(DedupError, RuntimeError):
     """Redis answered with state the catalog cannot interpret (corruption or misuse)."""
 

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 import weakref
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dedup.catalog import RedisCatalog
@@ -85,6 +86,7 @@ class Deduplicator:
                 "are kept, every other character becomes '_')"
             )
         self._observation: Any = None
+        self._replicas = 0  # resolved by the start-up check of apply()
 
     def apply(self, df: DataFrame) -> DataFrame:
         """Return ``df`` without duplicate record IDs (first occurrence kept).
@@ -147,7 +149,9 @@ class Deduplicator:
         inputs = [record_id, shard, id_problem_column(record_id), batch_time]
         if event_time is not None:
             inputs.append(sf.col(event_time).cast("double"))
-        decide = partition_udf(PartitionStep(cfg, uuid.uuid4().hex))
+        # Executors wait for the replica count the start-up check resolved.
+        step_config = replace(cfg, redis=replace(cfg.redis, wait_replicas=self._replicas))
+        decide = partition_udf(PartitionStep(step_config, uuid.uuid4().hex))
         marked = sharded.withColumn(RESULT_COLUMN, decide(*inputs))
         if df.isStreaming:
             observed = marked.observe(self.metric_name, *observed_columns())
@@ -190,6 +194,7 @@ class Deduplicator:
             "id_strategy": strategy,
         })
         app = cfg.app_id
+        self._replicas = int(recorded.get("replicas", 0))
 
         def changed(setting: str, new: str, why: str, fix: str,
                     label: str = "") -> SettingChangedError:

@@ -38,7 +38,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "retention_bucket_seconds": 24 * 3600, "event_time_column": "", "late_policy": "drop",
         "allow_shared_app_id": False, "invalid_ids": "fail",
     },
-    "redis": {"url": "", "require_persistence": True},
+    # wait_replicas -1: the count recorded for the app id (RedisConfig's None)
+    "redis": {"url": "", "require_persistence": True, "wait_replicas": -1},
     "sink": {
         "type": "kafka", "bootstrap_servers": "", "topic": "", "partitions": 2,
         "key_column": "key", "value_column": "", "options": {},

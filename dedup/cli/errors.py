@@ -150,6 +150,7 @@ PIPELINE_KEYS: dict[str, str] = {
         "redis.require_persistence = false in the pipeline file",
     "option redis.require_persistence=false":
         "redis.require_persistence = false in the pipeline file",
+    "set RedisConfig(wait_replicas=N)": "set redis.wait_replicas = N in the pipeline file",
     "option redis.url": "redis.url in the pipeline file (or --redis-url)",
     "option topic": "sink.topic in the pipeline file",
     "option dead_letter_topic":

@@ -58,10 +58,12 @@ def dedup_config(pipeline: PipelineFile, redis_url: str,
     from dedup.config import FailPointConfig
 
     table = pipeline.table("dedup")
+    redis_table = pipeline.table("redis")
+    wait_replicas = int(redis_table["wait_replicas"])
     return DedupConfig(
         app_id=pipeline.app_id,
-        redis=RedisConfig(url=redis_url,
-                          require_persistence=pipeline.table("redis")["require_persistence"]),
+        redis=RedisConfig(url=redis_url, require_persistence=redis_table["require_persistence"],
+                          wait_replicas=None if wait_replicas == -1 else wait_replicas),
         id_column=DEFAULT_ID_COLUMN,
         num_shards=table["num_shards"],
         bloom=BloomConfig(enabled=table["bloom_enabled"], capacity=table["bloom_capacity"],

@@ -212,3 +212,41 @@ def test_a_claim_is_acknowledged_only_once_a_replica_holds_it(tmp_path: Any) -> 
             "claim of x2 acknowledged but lost by the failover: x2 would be kept twice"
         assert any(replica.sismember(key, "x1") for key in replica.scan_iter(
             match=f"dedup:{{{cfg.app_id}:s0}}:ids:*"))
+
+
+def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_told(
+        tmp_path: Any) -> None:
+    """The failed claim's retry replays its decision once the replica is back; a start
+    on a promoted replica with none of its own is refused until the user says how many
+    replicas must hold a claim."""
+    from dataclasses import replace
+
+    from dedup import ReplicaAckError
+    from dedup.local.services import RedisServer
+
+    with RedisServer(tmp_path / "primary") as primary, \
+            RedisServer(tmp_path / "replica") as replica_server:
+        replica = _replicate(primary.url, replica_server.url)
+        cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}",
+                          RedisConfig(primary.url, replica_timeout=0.5), num_shards=1,
+                          bloom=BloomConfig(enabled=False))
+        assert RedisCatalog(cfg).check_setup()["replicas"] == "1"
+        worker = claimer(cfg)
+        now = 1_800_000_000.0
+        replica.execute_command("REPLICAOF", "NO", "ONE")
+        with pytest.raises(ReplicaAckError, match=r"reached 0 of 1 replicas"):
+            worker.claim("q", 0, 0, ["x1"], now=now)
+        _replicate(primary.url, replica_server.url)
+        retry = worker.claim("q", 0, 0, ["x1"], now=now)  # the decision is replayed
+        assert retry.keep.tolist() == [True]
+        assert any(replica.sismember(key, "x1") for key in replica.scan_iter(
+            match=f"dedup:{{{cfg.app_id}:s0}}:ids:*"))
+        # Failover: the replica is promoted and has no replica of its own.
+        replica.execute_command("REPLICAOF", "NO", "ONE")
+        promoted = replace(cfg, redis=RedisConfig(replica_server.url))
+        with pytest.raises(ReplicaAckError, match=r"0 connected replicas.*wait for 1"):
+            RedisCatalog(promoted).check_setup()
+        told = replace(cfg, redis=RedisConfig(replica_server.url, wait_replicas=0))
+        assert RedisCatalog(told).check_setup()["replicas"] == "0"
+        assert RedisCatalog(promoted).check_setup()["replicas"] == "0"  # recorded now
+        assert claimer(told).claim("q", 1, 0, ["x1"], now=now).keep.tolist() == [False]

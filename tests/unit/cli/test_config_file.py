@@ -53,3 +53,12 @@ def test_allowed_keys_listed_in_error() -> None:
     with pytest.raises(ConfigError) as info:
         parse_pipeline(MINIMAL + "[redis]\nurll = 'x'\n")
     assert "require_persistence" in str(info.value) and "url" in str(info.value)
+
+
+def test_pipeline_file_wait_replicas_maps_to_the_redis_config() -> None:
+    from dedup.cli.pipeline import dedup_config
+
+    text = 'app_id = "w"\n[sink]\ntopic = "t"\n[redis]\nwait_replicas = {}\n'
+    auto = dedup_config(parse_pipeline(text.format(-1)), "redis://127.0.0.1:1/0")
+    told = dedup_config(parse_pipeline(text.format(2)), "redis://127.0.0.1:1/0")
+    assert (auto.redis.wait_replicas, told.redis.wait_replicas) == (None, 2)

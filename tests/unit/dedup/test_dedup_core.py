@@ -215,3 +215,16 @@ def test_bloom_false_positive_rate_close_to_configured(error_rate: float) -> Non
     observed = hit.sum() / probes
     # within 1.5x of the configured rate (the benchmark's bar), with room for sampling noise
     assert observed <= 1.5 * error_rate + 3 * (error_rate / probes) ** 0.5
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "1"])
+def test_wait_replicas_must_be_a_count(bad: object) -> None:
+    with pytest.raises(ConfigError, match="wait_replicas"):
+        RedisConfig("redis://127.0.0.1:1/0", wait_replicas=bad)  # type: ignore[arg-type]
+
+
+def test_replica_timeout_must_be_below_the_socket_timeout() -> None:
+    with pytest.raises(ConfigError, match="replica_timeout"):
+        RedisConfig("redis://127.0.0.1:1/0", replica_timeout=10.0, socket_timeout=10.0)
+    assert RedisConfig("redis://127.0.0.1:1/0", wait_replicas=0).wait_replicas == 0
+
