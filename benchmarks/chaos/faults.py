@@ -40,7 +40,8 @@ FAULT_KINDS: dict[str, str] = {
     "restart_shard_count": "partial batch, restart with another dedup.num_shards (4 -> 8)",
     "restart_bucket_seconds": "partial batch, restart with another "
                               "dedup.retention_bucket_seconds (1 day -> 1 hour)",
-    "checkpoint_reset": "partial batch, checkpoint deleted, restart with the same app id",
+    "checkpoint_reset": "partial batch, restart under a fresh checkpoint with the same app "
+                        "id (refused), old query finished, then the reset",
     "second_pipeline": "a second pipeline with the same app id (own checkpoint) while the "
                        "first is mid-batch",
     "redis_maxmemory": "Redis maxmemory (noeviction) reached mid-run, then raised",
@@ -53,19 +54,7 @@ OPERATIONAL_KINDS = ("restart_shuffle_partitions", "restart_shard_count",
 CRASH_KINDS = tuple(k for k in FAULT_KINDS if k not in OPERATIONAL_KINDS)
 # Kinds whose check fails for a known reason (a finding, reported with its
 # numbers); the check itself is not weakened, the report marks them.
-KNOWN_FAILING: dict[str, str] = {
-    "checkpoint_reset": (
-        "matrix runs so far predate the core's unfinished-batch refusal and lost the IDs "
-        "the old query claimed in its uncommitted batch; the core now refuses the new "
-        "query at its first claim, but this kind deletes the old checkpoint and so cannot "
-        "follow the message (finish the old query from its checkpoint, then reset): it must "
-        "keep the old checkpoint aside and restart it after the refusal"),
-    "redis_failover_lagging_replica": (
-        "duplicates: claims acknowledged by the primary but not yet replicated are gone "
-        "after the failover, so later copies of those IDs pass as new; nothing detects "
-        "the rolled-back catalog (needs a core change: WAIT for a replica, or detect the "
-        "rollback and refuse)"),
-}
+KNOWN_FAILING: dict[str, str] = {}
 SUBPROCESS_KINDS = {"driver_kill", "executor_kill"}
 WORKER_KILL_POINTS = ("dedup.after_claim", "sink.after_checkpoint", "sink.mid_produce",
                       "sink.before_commit", "sink.after_commit")

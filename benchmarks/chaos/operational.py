@@ -298,42 +298,49 @@ def _restart_setting(run: Run) -> int:
 
 
 def _checkpoint_reset(run: Run) -> int:
+    """Partial batch k, then a new query with a fresh checkpoint on the same app id: it
+    must be refused at its first claim (the old query left batch k unfinished). The
+    operator follows the message: restarts the old query from its checkpoint until
+    batch k is committed, stops it, and then resets. The reset query re-reads the
+    input from the start; the catalog drops what the old one emitted."""
+    import json
+
     pipeline = _pipeline(run)
     url = run.redis.url
     partial = _partial_batch(run, pipeline, url, _held_partition(run))
     ev = run.fault.evidence
     ev.update(partial)
-    # IDs the old query claimed in batch k (its decisions of the uncommitted batch):
-    # the held partition's were never committed to Kafka
-    claimed = _decided_ids(run, partial["query_id"], run.spec.batch)
-    shutil.rmtree(run.checkpoint)
-    ev["checkpoint_deleted"] = not Path(run.checkpoint).exists()
-    run.fault.detail = (f"sink partition {_held_partition(run)} of batch {run.spec.batch} held, "
-                        "query stopped, checkpoint deleted, restarted with the same app id")
-    import json
-
-    metadata = Path(run.checkpoint) / "metadata"
+    k = run.spec.batch
+    reset = str(run.dir / "checkpoint-reset")
+    run.fault.detail = (f"sink partition {_held_partition(run)} of batch {k} held, query "
+                        "stopped, restarted under a fresh checkpoint with the same app id; "
+                        "after the refusal the old query finished its batch, then the reset")
+    # 1. The reset while batch k is unfinished: refused at the first claim.
+    query = _start(run, pipeline, url, reset)
+    ev["reset_query_id"] = str(query.id)
     try:
-        restarts = _finish(run, pipeline, url, run.checkpoint)
+        query.awaitTermination(120)
+        error = _first_line(query.exception()) if query.exception() else ""
+    except Exception as exc:  # the expected outcome: the query died refused
+        error = _first_line(exc)
     finally:
-        # The fault (a reset checkpoint under a new query id) is confirmed whatever the
-        # new query then did: refused by the unfinished-batch check, or not.
-        ev["new_query_id"] = (json.loads(metadata.read_text())["id"] if metadata.exists()
-                              else None)
-        run.fault.confirmed = (partial["partial"] and ev["checkpoint_deleted"]
-                               and ev["new_query_id"] not in (None, partial["query_id"]))
-    refusals = [e for e in ev.get("query_errors", []) if "AppIdInUseError" in e
-                or "in use by streaming query" in e]
-    ev["lease_refusals"] = len(refusals)
-    from dedup.verify import read_observed
-    from sources.synthetic_rows import expected_output
-
-    seen = {rid for rid, _ in read_observed(run.env.kafka.bootstrap_servers, run.topic)}
-    lost = set(expected_output(_options(run))) - seen
-    ev["old_query_batch_claims"] = len(claimed)
-    ev["lost"] = len(lost)
-    ev["lost_among_old_query_batch_claims"] = len(lost & claimed)
-    run.fault.confirmed = (partial["partial"] and ev["checkpoint_deleted"]
+        _stop_quietly(query)
+    ev["reset_error"] = error
+    refused = "AppIdInUseError" in error and f"left batch {k} unfinished" in error
+    ev["reset_refused"] = refused
+    if refused:
+        run.refused = error
+        ev["prefix_check"] = prefix_check(run, committed_batches(run.checkpoint))
+    # 2. The old query finishes batch k (and the rest of the input) from its checkpoint.
+    restarts = _finish(run, pipeline, url, run.checkpoint)
+    ev["old_query_committed_batches"] = committed_batches(run.checkpoint)
+    ev["old_query_finished_batch"] = ev["old_query_committed_batches"] >= k + 1
+    # 3. The reset, now accepted: a new query id reads the input from the start.
+    shutil.rmtree(reset, ignore_errors=True)
+    restarts += _finish(run, pipeline, url, reset)
+    metadata = Path(reset) / "metadata"
+    ev["new_query_id"] = json.loads(metadata.read_text())["id"] if metadata.exists() else None
+    run.fault.confirmed = (partial["partial"] and refused and ev["old_query_finished_batch"]
                            and ev["new_query_id"] not in (None, partial["query_id"]))
     return restarts
 
@@ -418,22 +425,6 @@ def _second(run: Run, first_id: str) -> None:
                                              "whole output is the first's, verified exact"}
 
 
-def _decided_ids(run: Run, query_id: str, batch: int) -> set[str]:
-    """IDs kept by the recorded decisions of ``query_id``'s ``batch`` (all shards)."""
-    from dedup.catalog import decisions_key
-
-    client = _redis(run.redis.url)
-    kept: set[str] = set()
-    for shard in range(PARTITIONS):
-        value = client.hget(decisions_key(run.app_id, shard), f"{query_id}:{batch}")
-        if value:
-            _version, _, rest = value.partition("|")
-            if rest.startswith("\n"):
-                rest = rest[1:].partition("\n")[2]
-            kept.update(line for line in rest.split("\n") if line)
-    return kept
-
-
 def _oom_refusals(client: Any) -> int:
     """Commands Redis refused with OOM since it started (INFO errorstats)."""
     stat = client.info("errorstats").get("errorstat_OOM") or {}
@@ -500,21 +491,19 @@ def _redis_maxmemory(run: Run) -> int:
 
 
 def _redis_failover(run: Run) -> int:
-    """A replica of the run's own Redis is cut off at batch k's first claim; after
-    batch k committed, the primary is killed, the replica promoted, and the pipeline
-    restarted against it."""
+    """A replica of the run's own Redis is cut off at batch k's first claim; the
+    primary is killed once batch k committed (or the query died: claims no replica
+    holds fail their batch), the replica promoted; a start on it alone must be refused
+    (fewer replicas than recorded), and the pipeline runs on it once it has a replica
+    of its own again, as a failover manager would arrange."""
     primary = RedisServer(run.dir / "redis-primary", appendfsync="always").start()
     replica = RedisServer(run.dir / "redis-replica", appendfsync="always").start()
+    second: RedisServer | None = None
     ev = run.fault.evidence
     k = run.spec.batch
     try:
         rep = _redis(replica.url)
-        rep.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))
-        deadline = time.monotonic() + 30
-        while rep.info("replication").get("master_link_status") != "up":
-            if time.monotonic() > deadline:
-                raise RuntimeError("the replica did not sync with the primary")
-            time.sleep(0.2)
+        _follow(rep, primary.port)
         arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k}, seconds=2)
         pipeline = _pipeline(run)
         query = _start(run, pipeline, primary.url, run.checkpoint)
@@ -535,19 +524,45 @@ def _redis_failover(run: Run) -> int:
                     and query.isActive:
                 time.sleep(0.2)
             ev["committed_batches_at_failover"] = committed_batches(run.checkpoint)
+            ev["query_error_before_failover"] = (_first_line(query.exception())
+                                                 if query.exception() else "")
             p_client = _redis(primary.url)
             ev["primary_offset"] = p_client.info("replication").get("master_repl_offset")
             primary.kill()
         finally:
             _stop_quietly(query)
         ev["promoted"] = rep.info("replication").get("role") == "master"
+        # The promoted replica alone: fewer replicas than the app id's claims wait for.
+        try:
+            _stop_quietly(_start(run, pipeline, replica.url, run.checkpoint))
+            ev["alone_refusal"] = ""
+        except Exception as exc:  # the expected outcome: refused at start
+            ev["alone_refusal"] = _first_line(exc)
+        second = RedisServer(run.dir / "redis-replica-2", appendfsync="always").start()
+        _follow(_redis(second.url), replica.port)
         run.fault.detail = (f"replica cut off at batch {k}'s first claim, primary killed "
                             f"after {ev['committed_batches_at_failover']} batches committed, "
-                            "replica promoted, pipeline restarted against it")
+                            "replica promoted (refused alone), given a replica, pipeline "
+                            "restarted against it")
         restarts = _finish(run, pipeline, replica.url, run.checkpoint)
         ev["lag_bytes"] = int(ev.get("primary_offset") or 0) - int(ev.get("replica_offset") or 0)
-        run.fault.confirmed = bool(ev["promoted"]) and ev["lag_bytes"] > 0
+        ev["failed_closed"] = "ReplicaAckError" in ev["query_error_before_failover"] or any(
+            "ReplicaAckError" in e for e in ev.get("query_errors", []))
+        run.fault.confirmed = (bool(ev["promoted"]) and ev["lag_bytes"] > 0
+                               and "ReplicaAckError" in ev["alone_refusal"])
         return restarts
     finally:
+        if second is not None:
+            second.stop()
         replica.stop()
         primary.stop()
+
+
+def _follow(client: Any, port: int) -> None:
+    """Make ``client``'s Redis a replica of the one on ``port``; wait until in sync."""
+    client.execute_command("REPLICAOF", "127.0.0.1", str(port))
+    deadline = time.monotonic() + 30
+    while client.info("replication").get("master_link_status") != "up":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the replica did not sync with the primary")
+        time.sleep(0.2)
