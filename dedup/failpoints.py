@@ -19,6 +19,10 @@ Names used by the toolkit:
 
 ``dedup.after_claim``
     After the catalog claim of a (batch, shard) and before its rows are returned.
+``dedup.batch_clock``
+    Where a partition reads the batch time that decides late records and time
+    buckets; armed with action ``skew`` it shifts that time by ``seconds`` (see
+    :func:`clock_offset`): a skewed clock, at the place a clock is read.
 ``sink.after_checkpoint``
     After a partition's rows were checkpointed and before producing.
 ``sink.mid_produce``
@@ -42,6 +46,7 @@ from dedup.exceptions import DedupError
 
 KNOWN_FAIL_POINTS = (
     "dedup.after_claim",
+    "dedup.batch_clock",
     "sink.after_checkpoint",
     "sink.mid_produce",
     "sink.before_commit",
@@ -86,8 +91,37 @@ def fail_point(name: str, directory: str | None = None, **context: Any) -> None:
         raise InjectedFault(f"injected fault at fail-point {name} ({context})")
 
 
+def clock_offset(name: str, directory: str | None = None, **context: Any) -> float:
+    """Seconds an armed ``skew`` fail-point ``name`` adds to a clock; 0.0 when none fits.
+
+    Unlike the other actions it stays armed (a skewed clock stays skewed) from
+    batch ``from_batch`` of its spec on, for contexts that fit its ``match``;
+    each use leaves a ``<name>.fired-...`` record with the context and offset.
+    """
+    folder = directory or os.environ.get("DEDUP_FAILPOINT_DIR")
+    if not folder:
+        return 0.0
+    try:
+        spec = json.loads((Path(folder) / f"{name}.armed").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0.0
+    match = spec.get("match") or {}
+    if spec.get("action") != "skew" or any(str(context.get(key)) != str(value)
+                                           for key, value in match.items()):
+        return 0.0
+    batch = str(context.get("batch", "0"))  # a batch DataFrame's is a token, not a number
+    if not batch.isdigit() or int(batch) < int(spec.get("from_batch", 0)):
+        return 0.0
+    seconds = float(spec.get("seconds", 0.0))
+    record = Path(folder) / f"{name}.fired-{os.getpid()}-{time.monotonic_ns()}"
+    record.write_text(json.dumps({**spec, "context": {k: str(v) for k, v in context.items()},
+                                  "pid": os.getpid(), "time": time.time()}))
+    return seconds
+
+
 def arm(directory: str | Path, name: str, action: str = "raise",
-        match: dict[str, Any] | None = None, seconds: float | None = None) -> Path:
+        match: dict[str, Any] | None = None, seconds: float | None = None,
+        from_batch: int | None = None) -> Path:
     """Arm ``name`` in ``directory``; returns the armed file. For tests and chaos runs."""
     if name not in KNOWN_FAIL_POINTS:
         raise ValueError(f"unknown fail-point {name!r}; known: {', '.join(KNOWN_FAIL_POINTS)}")
@@ -96,6 +130,8 @@ def arm(directory: str | Path, name: str, action: str = "raise",
     spec: dict[str, Any] = {"action": action, "match": match or {}}
     if seconds is not None:
         spec["seconds"] = seconds
+    if from_batch is not None:
+        spec["from_batch"] = from_batch
     path = folder / f"{name}.armed"
     tmp = folder / f".{name}.tmp"
     tmp.write_text(json.dumps(spec))

@@ -26,7 +26,7 @@ import pandas as pd
 from dedup.claim import ShardClaimer
 from dedup.config import DedupConfig, InvalidIdPolicy, LatePolicy
 from dedup.exceptions import RecordIdError
-from dedup.failpoints import fail_point
+from dedup.failpoints import clock_offset, fail_point
 from dedup.ids import MAX_ID_LENGTH
 from dedup.metrics import (
     BLOOM_POSITIVES,
@@ -196,6 +196,8 @@ class PartitionStep:
         shards = np.concatenate([s.to_numpy() for s in columns[1]])
         problems = np.concatenate([s.to_numpy() for s in columns[2]])
         now = float(columns[3][0].iloc[0])
+        now += clock_offset("dedup.batch_clock", self.config.fail_points.directory,
+                            batch=batch_id, partition=partition, now=now)
         event_seconds = (np.concatenate([s.to_numpy(dtype=np.float64, na_value=np.nan)
                                          for s in columns[4]]) if len(columns) > 4 else None)
         result = pd.DataFrame(decide_partition(

@@ -47,10 +47,16 @@ FAULT_KINDS: dict[str, str] = {
     "redis_maxmemory": "Redis maxmemory (noeviction) reached mid-run, then raised",
     "redis_failover_lagging_replica": "failover to a lagging Redis replica (primary killed, "
                                       "replica promoted, pipeline pointed at it)",
+    "two_outputs_foreach_batch": "two exactly-once outputs of one query in foreachBatch; "
+                                 "a worker kill and a driver failure between the outputs",
+    "clock_skew": "one partition's batch clock a bucket width behind (60 s buckets)",
+    "marker_retention": "crash after a Kafka commit, restart after the broker expired the "
+                        "batch markers (offsets.retention.minutes=1)",
 }
 OPERATIONAL_KINDS = ("restart_shuffle_partitions", "restart_shard_count",
                      "restart_bucket_seconds", "checkpoint_reset", "second_pipeline",
-                     "redis_maxmemory", "redis_failover_lagging_replica")
+                     "redis_maxmemory", "redis_failover_lagging_replica",
+                     "two_outputs_foreach_batch", "clock_skew", "marker_retention")
 CRASH_KINDS = tuple(k for k in FAULT_KINDS if k not in OPERATIONAL_KINDS)
 # Kinds whose check fails for a known reason (a finding, reported with its
 # numbers); the check itself is not weakened, the report marks them.

@@ -150,13 +150,16 @@ def prefix_check(run: Run, batches_done: int) -> dict[str, Any]:
 
 
 def _finish(run: Run, pipeline: Any, redis_url: str, checkpoint: str,
-            back: threading.Event | None = None) -> int:
-    """Run the query from ``checkpoint`` to the end of the input; return the restarts."""
+            back: threading.Event | None = None, start: Any = None) -> int:
+    """Run the query from ``checkpoint`` to the end of the input; return the restarts.
+
+    ``start`` (no arguments, returns a started query) replaces the pipeline's own.
+    """
     restarts = 0
     while True:
         if back is not None:
             back.wait(120)
-        query = _start(run, pipeline, redis_url, checkpoint)
+        query = start() if start is not None else _start(run, pipeline, redis_url, checkpoint)
         try:
             query.processAllAvailable()
             query.stop()
@@ -243,6 +246,12 @@ def run_operational(run: Run) -> int:
         return _redis_maxmemory(run)
     if kind == "redis_failover_lagging_replica":
         return _redis_failover(run)
+    if kind == "two_outputs_foreach_batch":
+        return _two_outputs(run)
+    if kind == "clock_skew":
+        return _clock_skew(run)
+    if kind == "marker_retention":
+        return _marker_retention(run)
     raise ValueError(f"unknown operational kind {kind!r}")
 
 
@@ -566,3 +575,171 @@ def _follow(client: Any, port: int) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("the replica did not sync with the primary")
         time.sleep(0.2)
+
+
+# -- several outputs, clocks, marker retention -------------------------------------
+
+def _two_outputs(run: Run) -> int:
+    """One query, two exactly-once outputs in ``foreachBatch`` (``output.name`` a and
+    b, one topic each, no persist: the dedup plan runs twice and replays its
+    decisions). A worker is killed after a Kafka commit of batch k, and the driver
+    fails batch k + 1 between the two outputs (a driver crash there): the query is
+    restarted from its checkpoint. Both topics are verified."""
+    from dedup import deduplicate
+    from dedup.cli.pipeline import Addresses, dedup_config, sink_frame, source_frame
+    from dedup.kafka_io import ensure_topic
+    from sinks import ExactlyOnceKafkaForeachBatch
+
+    k = run.spec.batch
+    ev = run.fault.evidence
+    bootstrap = run.env.kafka.bootstrap_servers
+    second_topic = f"{run.topic}-b"
+    ensure_topic(bootstrap, second_topic, partitions=2)
+    run.extra_topics.append(second_topic)
+    pipeline = _pipeline(run)
+    url = run.redis.url
+
+    def output(name: str, topic: str) -> Any:
+        return ExactlyOnceKafkaForeachBatch({
+            "app_id": run.app_id, "output.name": name, "kafka.bootstrap.servers": bootstrap,
+            "topic": topic, "redis.url": url, "failpoint.dir": str(run.fp_dir)})
+
+    first, second = output("a", run.topic), output("b", second_topic)
+    crashed = threading.Event()
+
+    def both(df: Any, batch_id: int) -> None:
+        first(df, batch_id)
+        if batch_id == k + 1 and not crashed.is_set():
+            crashed.set()
+            run.fault.injected_at = run.fault.injected_at or time.monotonic()
+            raise RuntimeError(f"injected: the driver failed batch {batch_id} between its "
+                               "two outputs")
+        second(df, batch_id)
+
+    def start() -> Any:
+        frame = source_frame(run.env.spark, pipeline, Addresses(url, bootstrap, bootstrap))
+        frame = sink_frame(deduplicate(frame, dedup_config(pipeline, url, str(run.fp_dir))),
+                           pipeline)
+        return (frame.writeStream.foreachBatch(both)
+                .option("checkpointLocation", run.checkpoint).queryName(run.app_id)
+                .trigger(processingTime="0 seconds").start())
+
+    arm(run.fp_dir, "sink.after_commit", "kill", match={"batch": k})
+    try:
+        restarts = _finish(run, pipeline, url, run.checkpoint, start=start)
+    finally:
+        first.release()
+        second.release()
+    kills = [h for h in _fired(run, "sink.after_commit") if "pid" in h]
+    ev["worker_kill"] = kills[0].get("context", {}) if kills else None
+    ev["driver_failure_between_outputs"] = crashed.is_set() and any(
+        "between its two outputs" in e for e in ev.get("query_errors", []))
+    run.fault.detail = (f"two outputs in foreachBatch; SIGKILL after a Kafka commit of batch "
+                        f"{k}, batch {k + 1} failed between the outputs, query restarted")
+    run.fault.confirmed = bool(kills) and ev["driver_failure_between_outputs"]
+    return restarts
+
+
+def _fired(run: Run, name: str) -> list[dict[str, Any]]:
+    from dedup.failpoints import fired
+
+    return fired(run.fp_dir, name)
+
+
+CLOCK_BUCKET_SECONDS = 60
+CLOCK_HORIZON_SECONDS = 900
+
+
+def _clock_skew(run: Run) -> int:
+    """One partition's clock (where the batch time is read) goes back one bucket width
+    from batch k on: its shards' IDs are then claimed in the previous bucket, and the
+    IDs of the current one must still be found (a claim also looks up the next
+    bucket). Small buckets (60 s) so the skew crosses a boundary."""
+    import json
+
+    k = run.spec.batch
+    partition = _held_partition(run)
+    arm(run.fp_dir, "dedup.batch_clock", "skew", match={"partition": partition},
+        seconds=-CLOCK_BUCKET_SECONDS, from_batch=k)
+    pipeline = _pipeline(run, bucket_seconds=CLOCK_BUCKET_SECONDS,
+                         horizon_seconds=CLOCK_HORIZON_SECONDS)
+    run.fault.injected_at = time.monotonic()
+    restarts = _finish(run, pipeline, run.redis.url, run.checkpoint)
+    uses = [h for h in _fired(run, "dedup.batch_clock") if "context" in h]
+    crossed = [h for h in uses
+               if int(float(h["context"]["now"]) // CLOCK_BUCKET_SECONDS)
+               != int((float(h["context"]["now"]) - CLOCK_BUCKET_SECONDS)
+                      // CLOCK_BUCKET_SECONDS)]
+    ev = run.fault.evidence
+    ev["skewed_partition"] = partition
+    ev["skewed_decisions"] = len(uses)
+    ev["skewed_batches"] = sorted({int(h["context"]["batch"]) for h in uses})
+    ev["crossed_a_bucket_boundary"] = len(crossed)
+    ev["sample"] = json.dumps(uses[0]["context"]) if uses else ""
+    run.fault.detail = (f"partition {partition}'s batch clock {CLOCK_BUCKET_SECONDS} s behind "
+                        f"from batch {k} on (buckets of {CLOCK_BUCKET_SECONDS} s)")
+    run.fault.confirmed = bool(crossed)
+    return restarts
+
+
+MARKER_RETENTION_MINUTES = 1
+
+
+def _marker_retention(run: Run) -> int:
+    """A crash between the Kafka commit of batch k and Spark's commit, then a stop
+    longer than the broker's offsets.retention.minutes: the batch markers are gone
+    from Kafka when the query comes back. The broker runs with a retention of one
+    minute (checked every 5 s) for this run only."""
+    from sinks.config import SinkConfig
+
+    k = run.spec.batch
+    ev = run.fault.evidence
+    broker = run.env.kafka
+    saved = dict(broker.overrides)
+    partition = _held_partition(run)
+    pipeline = _pipeline(run)
+    url = run.redis.url
+    try:
+        _restart_broker(broker, {**saved,
+                                 "offsets.retention.minutes": str(MARKER_RETENTION_MINUTES),
+                                 "offsets.retention.check.interval.ms": "5000"})
+        arm(run.fp_dir, "sink.after_commit", "sleep", match={"batch": k, "partition": partition},
+            seconds=HOLD_S)
+        query = _start(run, pipeline, url, run.checkpoint)
+        try:
+            hit = wait_fired(run.fp_dir, "sink.after_commit", 180,
+                             stop=lambda: not query.isActive)
+            if hit is None:
+                raise RuntimeError(f"sink partition {partition} of batch {k} never committed")
+            ev["fired"] = hit.get("context", {})
+        finally:
+            _stop_quietly(query)
+        ev["committed_batches_at_stop"] = committed_batches(run.checkpoint)
+        ev["markers_at_stop"] = markers(run, PARTITIONS)
+        run.fault.injected_at = time.monotonic()
+        config = SinkConfig.from_options({"app_id": run.app_id,
+                                          "kafka.bootstrap.servers": broker.bootstrap_servers,
+                                          "topic": run.topic, "strong_productions": "false"})
+        deadline = time.monotonic() + 4 * 60
+        while time.monotonic() < deadline and markers(run, PARTITIONS)[partition] >= 0:
+            time.sleep(5)
+        ev["markers_after_retention"] = markers(run, PARTITIONS)
+        ev["waited_s"] = round(time.monotonic() - run.fault.injected_at, 1)
+        ev["marker_group"] = config.marker_group(partition)
+        run.fault.detail = (f"sink partition {partition} held after its Kafka commit of batch "
+                            f"{k}, query stopped; restarted after its markers expired "
+                            f"(offsets.retention.minutes={MARKER_RETENTION_MINUTES})")
+        restarts = _finish(run, pipeline, url, run.checkpoint)
+    finally:
+        _restart_broker(broker, saved)
+    expired = ev["markers_after_retention"][partition] < 0
+    run.fault.confirmed = (ev["markers_at_stop"][partition] == k + 1 and expired
+                           and ev["committed_batches_at_stop"] <= k)
+    return restarts
+
+
+def _restart_broker(broker: Any, overrides: dict[str, str]) -> None:
+    """Stop the shared broker and start it again (same data, ports) with ``overrides``."""
+    broker.stop()
+    broker.overrides = dict(overrides)
+    broker.start()

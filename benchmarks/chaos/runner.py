@@ -143,7 +143,8 @@ class ChaosEnv:
 
 
 def pipeline_text(app_id: str, topic: str, spec: RunSpec, master: str = "local[2,4]",
-                  num_shards: int = 4, bucket_seconds: int = 24 * 3600) -> str:
+                  num_shards: int = 4, bucket_seconds: int = 24 * 3600,
+                  horizon_seconds: int = 7 * 24 * 3600) -> str:
     dup90 = spec.kind == "dup90_tiny_bloom"
     sink_options = ""
     if spec.kind == "txn_timeout":
@@ -166,6 +167,7 @@ column = "event_id"
 [dedup]
 num_shards = {num_shards}
 retention_bucket_seconds = {bucket_seconds}
+retention_horizon_seconds = {horizon_seconds}
 bloom_capacity = {20 if dup90 else 100000}
 bloom_error_rate = {0.5 if dup90 else 0.01}
 [sink]
@@ -255,6 +257,8 @@ class Run:
         self.recovery_s: float | None = None
         # operational kinds: the refusal's one-line message, None when not refused
         self.refused: str | None = None
+        # further output topics of the run, each verified like ``topic`` (counts summed)
+        self.extra_topics: list[str] = []
 
     # -- the fault, in a thread beside the pipeline -----------------------------
     def prepare(self) -> Callable[[], None] | None:
@@ -520,12 +524,25 @@ def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:
     expected = {rid: payload.encode() for rid, payload in expected_output(options).items()}
     try:
         result.report = verify_topic(env.kafka.bootstrap_servers, run.topic, expected).as_dict()
+        for topic in run.extra_topics:
+            _add_output(result.report, topic,
+                        verify_topic(env.kafka.bootstrap_servers, topic, expected).as_dict())
     except Exception as exc:  # a verifier failure fails the run
         result.error = result.error or f"verify: {_first_line(exc)}"
     result.recovery_s = run.recovery_s
     result.duration_s = time.monotonic() - started
     result.outcome = _outcome(run, result)
     return result
+
+
+def _add_output(report: dict[str, Any], topic: str, other: dict[str, Any]) -> None:
+    """Fold the report of a further output topic into the run's (counts add up)."""
+    report.setdefault("outputs", {})[topic] = other
+    for key in ("expected", "observed", "lost", "duplicated", "phantoms", "mismatched",
+                "open_transactions"):
+        if isinstance(other.get(key), int):
+            report[key] = int(report.get(key, 0)) + other[key]
+    report["ok"] = bool(report.get("ok", False)) and bool(other.get("ok", False))
 
 
 def _outcome(run: Run, result: RunResult) -> str:

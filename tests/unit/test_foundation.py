@@ -83,6 +83,19 @@ def test_fail_point_fires_once_and_only_on_match(tmp_path: Path) -> None:
     assert hits[0]["context"] == {"batch": "2"}
 
 
+def test_clock_skew_fail_point_stays_armed_from_its_batch_on(tmp_path: Path) -> None:
+    from dedup.failpoints import clock_offset
+
+    arm(tmp_path, "dedup.batch_clock", "skew", match={"partition": 1}, seconds=-60,
+        from_batch=3)
+    assert clock_offset("dedup.batch_clock", str(tmp_path), batch="2", partition=1) == 0.0
+    assert clock_offset("dedup.batch_clock", str(tmp_path), batch="3", partition=0) == 0.0
+    assert clock_offset("dedup.batch_clock", str(tmp_path), batch="3", partition=1) == -60.0
+    assert clock_offset("dedup.batch_clock", str(tmp_path), batch="9", partition=1) == -60.0
+    assert clock_offset("dedup.batch_clock", str(tmp_path), batch="ab12", partition=1) == 0.0
+    assert [h["context"]["batch"] for h in fired(tmp_path, "dedup.batch_clock")] == ["3", "9"]
+
+
 def test_unknown_fail_point_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown fail-point"):
         arm(tmp_path, "nowhere")
