@@ -31,13 +31,13 @@ from typing import Any
 
 from benchmarks.chaos.faults import wait_fired
 from benchmarks.chaos.runner import (
-    MAX_RESTARTS,
     ROWS,
     ROWS_PER_BATCH,
     Run,
     _first_line,
     _stop_quietly,
     pipeline_text,
+    run_to_end,
 )
 from dedup.failpoints import arm
 from dedup.local.services import RedisServer
@@ -155,22 +155,7 @@ def _finish(run: Run, pipeline: Any, redis_url: str, checkpoint: str,
 
     ``start`` (no arguments, returns a started query) replaces the pipeline's own.
     """
-    restarts = 0
-    while True:
-        if back is not None:
-            back.wait(120)
-        query = start() if start is not None else _start(run, pipeline, redis_url, checkpoint)
-        try:
-            query.processAllAvailable()
-            query.stop()
-            return restarts
-        except Exception as exc:  # a query death is what we recover from
-            run.fault.evidence.setdefault("query_errors", []).append(_first_line(exc))
-            _stop_quietly(query)
-            restarts += 1
-            if restarts > MAX_RESTARTS:
-                raise
-            time.sleep(1.0)
+    return run_to_end(run, start or (lambda: _start(run, pipeline, redis_url, checkpoint)), back)
 
 
 def _partial_batch(run: Run, pipeline: Any, redis_url: str, partition: int) -> dict[str, Any]:

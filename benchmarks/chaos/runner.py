@@ -433,11 +433,20 @@ def run_inprocess(run: Run) -> int:
     pipeline = parse_pipeline(pipeline_text(run.app_id, run.topic, run.spec))
     bootstrap = run.env.kafka.bootstrap_servers
     addresses = Addresses(run.redis.url, bootstrap, bootstrap)
+    return run_to_end(run, lambda: start_query(run.env.spark, pipeline, addresses,
+                                               run.checkpoint, str(run.fp_dir)),
+                      run.component_back)
+
+
+def run_to_end(run: Run, start: Callable[[], Any], back: threading.Event | None = None) -> int:
+    """Start a query with ``start`` and run it to the end of the input, restarting it
+    from its checkpoint each time it dies (up to ``MAX_RESTARTS``, every error kept in
+    the evidence); ``back`` is waited for before each start. Returns the restarts."""
     restarts = 0
-    spark = run.env.spark
     while True:
-        run.component_back.wait(120)
-        query = start_query(spark, pipeline, addresses, run.checkpoint, str(run.fp_dir))
+        if back is not None:
+            back.wait(120)
+        query = start()
         try:
             query.processAllAvailable()
             query.stop()
