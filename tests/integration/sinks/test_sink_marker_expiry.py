@@ -77,12 +77,39 @@ def test_an_old_commit_intent_without_a_marker_is_refused(kafka_bootstrap: str,
 
     topic, config = _sink_with_batch_0(kafka_bootstrap, redis_url, app_id)
     store = CheckpointStore.for_config(config)
-    store.record_intent("query-1", 1, 0)  # ... and the worker died right after the commit
+    store.record_intent("query-1", 1, 0)  # ... and the worker died before the commit
     store.set_marker_retention(0)  # every intent is older than the retention
     _expire_markers(kafka_bootstrap, config.marker_group(0))
-    with pytest.raises(MarkerLostError, match=r"offsets\.retention\.minutes"):
-        write_partition(config, _records(topic, 1), "query-1", 1, 0)
-    # A young intent (the broker keeps markers 7 days here) is no doubt: not committed.
-    prepare(config)
+    # The output tells: none of the batch's records is there, so it was never committed.
     retry = write_partition(config, _records(topic, 1), "query-1", 1, 0)
     assert not retry.skipped and retry.produced == 20
+    ids = [(r.header(RECORD_ID_HEADER) or b"").decode()
+           for r in consume_all(kafka_bootstrap, topic, "read_committed", idle_timeout=1.5)]
+    assert len(ids) == len(set(ids)) == 40
+    # Only records without an ID (dead letters) leave it undecidable: refused.
+    store.record_intent("query-1", 2, 0)
+    _expire_markers(kafka_bootstrap, config.marker_group(0))
+    nameless = [r._replace(record_id=b"") for r in _records(topic, 2)]
+    with pytest.raises(MarkerLostError, match=r"offsets\.retention\.minutes"):
+        write_partition(config, nameless, "query-1", 2, 0)
+
+
+def test_a_commit_whose_redis_copy_was_never_written_is_found_in_the_output(
+        kafka_bootstrap: str, redis_url: str, app_id: str) -> None:
+    """The worker died between the Kafka commit and its Redis copy, then the query
+    stayed down past the retention: the batch's records in the output say it is in
+    (the chaos kind marker_retention, run 110 of 2026-11-24, was refused here)."""
+    from sinks.checkpoint import CheckpointStore
+
+    topic, config = _sink_with_batch_0(kafka_bootstrap, redis_url, app_id)
+    store = CheckpointStore.for_config(config)
+    assert not write_partition(config, _records(topic, 1), "query-1", 1, 0).skipped
+    # As if the worker died right after commit_transaction: the copy still says batch 0.
+    store.client.hset(store.marker_key(0), "committed", "query-1:0")
+    store.set_marker_retention(0)
+    _expire_markers(kafka_bootstrap, config.marker_group(0))
+    retry = write_partition(config, _records(topic, 1), "query-1", 1, 0)
+    ids = [(r.header(RECORD_ID_HEADER) or b"").decode()
+           for r in consume_all(kafka_bootstrap, topic, "read_committed", idle_timeout=1.5)]
+    assert len(ids) - len(set(ids)) == 0, f"{len(ids) - len(set(ids))} records duplicated"
+    assert len(ids) == 40 and retry.skipped
