@@ -328,7 +328,7 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
              if config.strong_productions and config.redis is not None else None)
     # Not the usual "previous batch done": Kafka's marker may have expired.
     if (store is not None and not (marker_qid == query_id and next_batch == batch)
-            and _committed_per_redis(store, query_id, batch, partition)):
+            and _committed_per_redis(store, query_id, batch, partition, config, records)):
         return True, 0
     try:
         producer.begin_transaction()
@@ -359,15 +359,19 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
     return False, len(records)
 
 
-def _committed_per_redis(store: CheckpointStore, query_id: str, batch: int,
-                         partition: int) -> bool:
-    """Whether the Redis copy of the marker says ``batch`` is committed to Kafka.
+def _committed_per_redis(store: CheckpointStore, query_id: str, batch: int, partition: int,
+                         config: SinkConfig, records: list[OutRecord]) -> bool:
+    """Whether the Redis copy of the marker (or the output) says ``batch`` is committed.
 
     Kafka deletes a marker group ``offsets.retention.minutes`` after its last
     commit. The copy says ``committed`` after each Kafka commit and ``intent``
     just before it; an intent for this batch with no commit recorded is
     ambiguous only when it is older than the retention (a newer commit would
-    still have its Kafka marker), and then the batch is refused.
+    still have its Kafka marker). Then the output decides: this producer's
+    ``init_transactions()`` has settled the transactional id's last
+    transaction, and a transaction is all or nothing, so the batch is in if
+    its records are visible to ``read_committed`` readers and out if none is.
+    Refused only when the output cannot tell.
     """
     committed, intent = store.read_marker_copy(partition)
     if committed is not None and committed[0] == query_id and committed[1] >= batch:
@@ -377,15 +381,91 @@ def _committed_per_redis(store: CheckpointStore, query_id: str, batch: int,
     if intent is not None and intent[:2] == (query_id, batch):
         age_ms = time.time() * 1000 - intent[2]
         if age_ms >= store.marker_retention_ms():
+            found = _in_output(config, records, intent[2] - config.max_batch_duration_ms)
+            if found is not None:
+                log.warning("sink batch %d partition %d: Kafka's batch marker is gone and the "
+                            "Redis copy has only the commit intent; the output shows the batch "
+                            "%s", batch, partition, "in: skipped" if found else "out: written")
+                return found
             raise MarkerLostError(
                 f"sink batch {batch} partition {partition}: its commit to Kafka began "
                 f"{age_ms / 3_600_000:.1f} h ago, longer than the broker's "
-                "offsets.retention.minutes, and its Kafka batch marker is gone, so whether "
-                "it was committed cannot be told; check the output topic for records of this "
-                "batch, then resume with a new query id or raise offsets.retention.minutes "
-                "above the longest stop"
+                "offsets.retention.minutes, its Kafka batch marker is gone, and its records "
+                "carry no record IDs to look for in the output, so whether it was committed "
+                "cannot be told; check the output topic for records of this batch, then "
+                "resume with a new query id or raise offsets.retention.minutes above the "
+                "longest stop"
             )
     return False
+
+
+def _in_output(config: SinkConfig, records: list[OutRecord], since_ms: int) -> bool | None:
+    """Whether ``records`` are in the output (``read_committed``, from ``since_ms`` on).
+
+    True when every record ID is found, False when none is, None when it cannot
+    be told (no record has an ID, or only some are found: an earlier batch may
+    have written some of the same IDs). Reads each output topic's partitions
+    from the first offset at ``since_ms`` to their end; for a rare path only.
+    """
+    import uuid
+
+    wanted: dict[str, set[bytes]] = {}
+    for record in records:
+        if record.record_id:
+            wanted.setdefault(record.topic, set()).add(record.record_id)
+    if not wanted:
+        return None
+    total = sum(len(ids) for ids in wanted.values())
+    found = 0
+    consumer = Consumer({**config.client_config(),
+                         "group.id": f"{config.identity}.sink.check-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    try:
+        for topic, ids in wanted.items():
+            found += len(_ids_found(consumer, topic, ids, max(0, since_ms)))
+    except KafkaException as exc:
+        raise _classify(exc, f"reading {sorted(wanted)} for a batch whose marker expired") \
+            from exc
+    finally:
+        consumer.close()
+    if found == total:
+        return True
+    return False if found == 0 else None
+
+
+def _ids_found(consumer: Consumer, topic: str, ids: set[bytes], since_ms: int) -> set[bytes]:
+    metadata = consumer.list_topics(topic, timeout=CALL_TIMEOUT_S)
+    partitions = sorted(metadata.topics[topic].partitions) if topic in metadata.topics else []
+    starts = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in partitions],
+                                        timeout=CALL_TIMEOUT_S)
+    assigned = [tp for tp in starts if tp.offset >= 0]  # -1: nothing at or after since_ms
+    found: set[bytes] = set()
+    if not assigned:
+        return found
+    consumer.assign(assigned)
+    open_partitions = {tp.partition for tp in assigned}
+    deadline = time.monotonic() + 4 * CALL_TIMEOUT_S
+    while open_partitions and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                open_partitions.discard(message.partition())
+                continue
+            raise KafkaException(error)
+        headers: list[tuple[str, bytes]] = list(message.headers() or [])  # type: ignore[arg-type]
+        found.update(value for name, value in headers
+                     if name == RECORD_ID_HEADER and value in ids)
+    if open_partitions:
+        raise TransactionFailedError(
+            f"could not read {topic} to its end within {4 * CALL_TIMEOUT_S:.0f} s to look for a "
+            "batch whose marker expired; the task fails and Spark retries it"
+        )
+    consumer.unassign()
+    return found
 
 
 def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
