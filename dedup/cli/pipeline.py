@@ -161,6 +161,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     out = sink_frame(frame, pipeline)
     run = pipeline.table("run")
     writer: Any
+    options: dict[str, str] | None = None
     if sink["type"] == "console":
         writer = out.writeStream.format("console").option("truncate", "false")
     else:
@@ -180,4 +181,10 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
         writer = out.writeStream.format("exactly_once_kafka").options(**options)
     writer = writer.option("checkpointLocation", checkpoint).queryName(pipeline.app_id)
     writer = writer.trigger(processingTime=f"{run['trigger_seconds']} seconds")
-    return writer.start()
+    query = writer.start()
+    if options is not None:
+        import sinks
+
+        # A reset checkpoint right after a clean stop is then not refused.
+        sinks.release_when_stopped(spark, query, options)
+    return query
