@@ -157,9 +157,9 @@ def test_a_new_query_may_write_the_output_at_once_after_the_old_one_stopped(
     # One instance for both queries: its release() would free the lease too, and
     # the listener is what is checked here.
     sink = ExactlyOnceKafkaForeachBatch(sink_options(kafka_bootstrap, topics, app_id, redis_url))
+    store = CheckpointStore.for_config(sink.config)
     for run in ("first", "second"):
         if run == "second":
-            store = CheckpointStore.for_config(sink.config)
             assert wait_for(lambda: store.client.exists(store.lease_key) == 0), \
                 "the first query's output lease was not released when it stopped"
             # New input, so that the new query has rows to write.
