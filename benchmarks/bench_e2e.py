@@ -43,8 +43,8 @@ from benchmarks._spark_bench import (
 )
 from benchmarks.bench_sink import INPUT_PARTITIONS
 from benchmarks.common import run_metadata, write_json
-from dedup.kafka_io import ensure_topic
-from dedup.verify import read_observed
+from sinks.kafka_io import ensure_topic
+from sinks.verify import read_observed
 
 VARIANTS = ("spark_alo", "eos_strong", "eos_weak", "dedup_spark_sink")
 SHUFFLE_PARTITIONS = 4

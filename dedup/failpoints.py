@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dedup.exceptions import DedupError
+from dedup.exceptions import InjectedFault
 
 KNOWN_FAIL_POINTS = (
     "dedup.after_claim",
@@ -52,12 +52,6 @@ KNOWN_FAIL_POINTS = (
     "sink.before_commit",
     "sink.after_commit",
 )
-
-
-class InjectedFault(DedupError, RuntimeError):  # noqa: N818 - the name of the event, not a bug
-    """Raised by an armed fail-point with action ``raise``."""
-
-    _retriable = True
 
 
 def fail_point(name: str, directory: str | None = None, **context: Any) -> None:

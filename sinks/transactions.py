@@ -51,6 +51,7 @@ from sinks.config import SinkConfig
 from sinks.exceptions import (
     CommitOutcomeUnknownError,
     MarkerLostError,
+    MarkerPendingError,
     ProducerFencedError,
     ProducerStuckError,
     QueryIdReusedError,
@@ -162,10 +163,6 @@ def call_with_deadline(call: Callable[[], None], seconds: float, what: str) -> N
         )
     if outcome[0] is not None:
         raise outcome[0]
-
-
-class MarkerPendingError(Exception):
-    """The marker read waited ``patience`` seconds on another writer's open transaction."""
 
 
 def _marker_consumer(config: SinkConfig, partition: int) -> Consumer:

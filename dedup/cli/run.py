@@ -70,7 +70,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Namespace) -> int:
     from dedup.cli.spark_session import cli_spark_session
-    from dedup.kafka_io import ensure_topic
+    from sinks.kafka_io import ensure_topic
 
     progress = Progress(quiet=args.quiet)
     run = pipeline.table("run")
@@ -180,7 +180,7 @@ def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint
 
 def _verify(pipeline: PipelineFile, addresses: Addresses, progress: Progress) -> int:
     from dedup.cli.config_file import SYNTHETIC_KEYS
-    from dedup.verify import verify_topic
+    from sinks.verify import verify_topic
     from sources.synthetic_rows import SyntheticOptions, expected_output
 
     src = pipeline.table("source")

@@ -51,7 +51,7 @@ def resolve_bootstrap(flag: str | None) -> str:
 
 
 def verify_command(args: argparse.Namespace) -> int:
-    from dedup.verify import verify_topic
+    from sinks.verify import verify_topic
 
     bootstrap = resolve_bootstrap(args.bootstrap)
     expected = read_expected_ids(args.expected) if args.expected else None

@@ -17,8 +17,8 @@ from dedup.config import (
     RetentionConfig,
     redact_url,
 )
-from dedup.exceptions import ConfigError, DedupError
-from dedup.failpoints import InjectedFault, arm, fail_point, fired
+from dedup.exceptions import ConfigError, DedupError, InjectedFault
+from dedup.failpoints import arm, fail_point, fired
 from dedup.local.paths import _artifact
 
 

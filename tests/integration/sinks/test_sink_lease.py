@@ -21,10 +21,10 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from dedup.constants import RECORD_ID_HEADER
-from dedup.kafka_io import consume_all, ensure_topic
 from sinks import ExactlyOnceKafkaForeachBatch, OutputNameInUseError, SinkConfig
 from sinks.admin import prepare
 from sinks.checkpoint import CheckpointStore
+from sinks.kafka_io import consume_all, ensure_topic
 from sinks.records import OutRecord
 from sinks.transactions import close_clients, write_partition
 
