@@ -151,9 +151,9 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> DemoResult:
-    from dedup.cli.spark_session import cli_spark_session
     from dedup.failpoints import arm, fired
     from dedup.local.services import KafkaBroker, RedisServer
+    from dedup.local.spark import cli_spark_session
     from sinks.kafka_io import ensure_topic
     from sinks.verify import verify_topic
     from sources.synthetic_rows import SyntheticOptions, expected_output

@@ -36,7 +36,7 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
 def forget_query_command(args: argparse.Namespace) -> int:
     from dedup.catalog import RedisCatalog
     from dedup.cli.checks import check_redis
-    from dedup.cli.services import service_addresses
+    from dedup.local.lasting import service_addresses
 
     app_id = validate_app_id(args.app_id)
     url = args.redis_url or service_addresses()[0]

@@ -32,7 +32,7 @@ class Addresses:
 def resolve_addresses(pipeline: PipelineFile, redis_url: str | None = None,
                       bootstrap: str | None = None) -> Addresses:
     """Fill empty addresses from flags, then from ``dedup services up``'s state file."""
-    from dedup.cli.services import service_addresses
+    from dedup.local.lasting import service_addresses
 
     state_redis, state_kafka = service_addresses()
     redis = redis_url or pipeline.table("redis")["url"] or state_redis or ""

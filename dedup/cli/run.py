@@ -69,7 +69,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Namespace) -> int:
-    from dedup.cli.spark_session import cli_spark_session
+    from dedup.local.spark import cli_spark_session
     from sinks.kafka_io import ensure_topic
 
     progress = Progress(quiet=args.quiet)

@@ -41,7 +41,7 @@ def read_expected_ids(path: str) -> set[str]:
 
 
 def resolve_bootstrap(flag: str | None) -> str:
-    from dedup.cli.services import service_addresses
+    from dedup.local.lasting import service_addresses
 
     bootstrap = flag or service_addresses()[1]
     if not bootstrap:

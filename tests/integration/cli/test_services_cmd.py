@@ -18,8 +18,8 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
-from dedup.cli import services
 from dedup.exceptions import ServiceError
+from dedup.local import lasting as services
 from dedup.local.services import process_alive
 from sinks.kafka_io import consume_all, ensure_topic
 from tests.integration.cli.jars import jar_env
