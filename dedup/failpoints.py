@@ -39,6 +39,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,14 @@ KNOWN_FAIL_POINTS = (
 )
 
 
-def fail_point(name: str, directory: str | None = None, **context: Any) -> None:
-    """Fire the fail-point ``name`` if it is armed and its match fits ``context``."""
+def fail_point(name: str, directory: str | None = None,
+               before: Callable[[], object] | None = None, **context: Any) -> None:
+    """Fire the fail-point ``name`` if it is armed and its match fits ``context``.
+
+    ``before`` runs only when the point fires, before its action (e.g. a flush so
+    that a reader sees what was produced up to the fault): an unarmed point
+    changes nothing in the caller.
+    """
     folder = directory or os.environ.get("DEDUP_FAILPOINT_DIR")
     if not folder:
         return
@@ -72,6 +79,8 @@ def fail_point(name: str, directory: str | None = None, **context: Any) -> None:
         os.rename(armed, fired)
     except FileNotFoundError:
         return  # another process fired it first
+    if before is not None:
+        before()
     fired.write_text(json.dumps({**spec, "context": {k: str(v) for k, v in context.items()},
                                  "pid": os.getpid(), "time": time.time()}))
     action = spec.get("action", "raise")

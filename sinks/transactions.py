@@ -251,9 +251,10 @@ def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfi
     produce = producer.produce
     for index, record in enumerate(records):
         if index == half and half:
-            if config.failpoint_dir:
-                producer.flush(CALL_TIMEOUT_S)  # so a read_uncommitted reader sees the half
-            fail_point("sink.mid_produce", config.failpoint_dir, batch=batch,
+            # The flush only when the point fires: a read_uncommitted reader then
+            # sees the half that was produced.
+            fail_point("sink.mid_produce", config.failpoint_dir,
+                       before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
                        partition=partition, attempt=attempt)
         headers: list[tuple[str, str | bytes | None]] = [*record.headers,
                                                           (RECORD_ID_HEADER, record.record_id)]
@@ -335,9 +336,8 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
             lambda: producer.send_offsets_to_transaction(marker, group, OFFSETS_TIMEOUT_S),
             OFFSETS_TIMEOUT_S + STUCK_GRACE_S, f"send_offsets_to_transaction of {what}")
         _produce_all(producer, records, config, batch, partition, attempt)
-        if config.failpoint_dir:
-            producer.flush(CALL_TIMEOUT_S)
-        fail_point("sink.before_commit", config.failpoint_dir, batch=batch,
+        fail_point("sink.before_commit", config.failpoint_dir,
+                   before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
                    partition=partition, attempt=attempt)
         if store is not None:
             store.record_intent(query_id, batch, partition)
