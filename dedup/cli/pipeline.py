@@ -6,6 +6,7 @@ together (the CLI composes; the packages never import each other upward).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ from dedup.exceptions import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from dedup.cli.progress import QueryWatcher
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,28 @@ def resolve_addresses(pipeline: PipelineFile, redis_url: str | None = None,
     source_kafka = bootstrap or pipeline.table("source")["bootstrap_servers"] or state_kafka or ""
     sink_kafka = bootstrap or pipeline.table("sink")["bootstrap_servers"] or state_kafka or ""
     return Addresses(redis, source_kafka, sink_kafka)
+
+
+def resolve_bootstrap(flag: str | None) -> str:
+    """``--bootstrap``, else the local services' Kafka; refused when neither is there."""
+    from dedup.local.lasting import service_addresses
+
+    bootstrap = flag or service_addresses()[1]
+    if not bootstrap:
+        raise ConfigError("no Kafka address: pass --bootstrap host:port or start the local "
+                          "services with 'dedup services up'")
+    return bootstrap
+
+
+def resolve_redis_url(flag: str | None) -> str:
+    """``--redis-url``, else the local services' Redis; refused when neither is there."""
+    from dedup.local.lasting import service_addresses
+
+    url = flag or service_addresses()[0]
+    if not url:
+        raise ConfigError("no Redis address: pass --redis-url redis://host:port/db or start "
+                          "the local services with 'dedup services up'")
+    return url
 
 
 def check_services(pipeline: PipelineFile, addresses: Addresses) -> None:
@@ -188,3 +213,20 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
         # A reset checkpoint right after a clean stop is then not refused.
         sinks.release_when_stopped(spark, query, options)
     return query
+
+
+def source_done(pipeline: PipelineFile, watcher: QueryWatcher) -> bool:
+    """A finite synthetic source is done once a batch ended at its last row."""
+    src = pipeline.table("source")
+    if src["type"] != "synthetic" or not src["total_rows"] or watcher.last_progress is None:
+        return False
+    for source in watcher.last_progress.get("sources") or []:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if isinstance(end, dict) and int(end.get("row", -1)) >= src["total_rows"]:
+            return True
+    return False
