@@ -33,16 +33,17 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from benchmarks._spark_bench import (
+from benchmarks.bench_sink import INPUT_PARTITIONS
+from benchmarks.common import (
     Progress,
     bench_services,
     phase_durations,
     ratio,
+    run_metadata,
     run_to_end,
     streaming_batches,
+    write_json,
 )
-from benchmarks.bench_sink import INPUT_PARTITIONS
-from benchmarks.common import run_metadata, write_json
 from sinks.kafka_io import ensure_topic
 from sinks.verify import read_observed
 
