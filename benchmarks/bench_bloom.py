@@ -31,14 +31,15 @@ import random
 import time
 from typing import Any
 
-from benchmarks._spark_bench import (
+from benchmarks.common import (
     Progress,
     bench_services,
     percentile,
     poisson_interval,
     redis_cpu_seconds,
+    run_metadata,
+    write_json,
 )
-from benchmarks.common import run_metadata, write_json
 from dedup.bloom import FilterCache, ShardFilter
 from dedup.catalog import RedisCatalog, client_and_scripts
 from dedup.claim import ShardClaimer

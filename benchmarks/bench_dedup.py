@@ -8,7 +8,7 @@ query. The dedup run is checked for exactness (kept == distinct IDs) before
 its number counts.
 
 Variant ``skeleton`` is the operator's Spark shape doing no dedup work
-(:func:`benchmarks._spark_bench.operator_skeleton`): the floor of the design.
+(:func:`benchmarks.common.operator_skeleton`): the floor of the design.
 
 Run: ``.venv/bin/python -m benchmarks.bench_dedup [--records 2000000]``. Writes
 ``benchmarks/results/dedup_quick.json`` and merges ``dedup_over_dropduplicates_rocksdb``
@@ -25,8 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks._spark_bench import operator_skeleton
-from benchmarks.common import merge_summary, run_metadata, write_json
+from benchmarks.common import merge_summary, operator_skeleton, run_metadata, write_json
 from dedup import BloomConfig, DedupConfig, Deduplicator, RedisConfig
 from dedup.local.services import RedisServer
 from dedup.local.spark import local_spark_session

@@ -33,18 +33,19 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from benchmarks._spark_bench import (
+from benchmarks.bench_sink import INPUT_PARTITIONS
+from benchmarks.common import (
     Progress,
     bench_services,
     phase_durations,
     ratio,
+    run_metadata,
     run_to_end,
     streaming_batches,
+    write_json,
 )
-from benchmarks.bench_sink import INPUT_PARTITIONS
-from benchmarks.common import run_metadata, write_json
-from dedup.kafka_io import ensure_topic
-from dedup.verify import read_observed
+from sinks.kafka_io import ensure_topic
+from sinks.verify import read_observed
 
 VARIANTS = ("spark_alo", "eos_strong", "eos_weak", "dedup_spark_sink")
 SHUFFLE_PARTITIONS = 4

@@ -20,14 +20,15 @@ import random
 import time
 from typing import Any
 
-from benchmarks._spark_bench import (
+from benchmarks.common import (
     Progress,
     bench_services,
     percentile,
     redis_cpu_seconds,
     redis_used_memory,
+    run_metadata,
+    write_json,
 )
-from benchmarks.common import run_metadata, write_json
 from dedup.bloom import FilterCache
 from dedup.catalog import RedisCatalog, client_and_scripts
 from dedup.claim import ShardClaimer

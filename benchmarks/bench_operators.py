@@ -33,16 +33,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._spark_bench import (
+from benchmarks.common import (
     Progress,
     bench_services,
     operator_skeleton,
     phase_durations,
     ratio,
+    run_metadata,
     run_to_end,
     streaming_batches,
+    write_json,
 )
-from benchmarks.common import run_metadata, write_json
 
 VARIANTS = ("passthrough", "dedup_operator", "dropduplicates_hdfs", "dropduplicates_rocksdb",
             "dropduplicates_within_watermark")

@@ -30,10 +30,10 @@ from typing import Any
 from confluent_kafka import Producer
 
 from benchmarks.common import merge_summary, run_metadata, write_json
-from dedup.kafka_io import ensure_topic
 from dedup.local.services import KafkaBroker, RedisServer
 from dedup.local.spark import local_spark_session
-from dedup.verify import read_observed
+from sinks.kafka_io import ensure_topic
+from sinks.verify import read_observed
 
 VARIANTS = ("spark_kafka_sink", "eos_strong", "eos_weak")
 INPUT_PARTITIONS = 4

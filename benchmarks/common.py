@@ -1,14 +1,31 @@
-"""Helpers every benchmark script shares: the summary file and run metadata."""
+"""Helpers every benchmark script shares: the summary file and run metadata, the
+services of a run (Redis, Kafka), Redis INFO, timing and statistics.
+
+Every benchmark starts its own ``redis-server`` (and Kafka broker when it
+needs one) on a free loopback port through :mod:`dedup.local`, and stops
+them on the way out, also after a failure.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
+import shutil
 import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dedup.local.services import KafkaBroker, RedisServer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SUMMARY_PATH = RESULTS_DIR / "summary.json"
@@ -61,3 +78,142 @@ def _mem_gib() -> float:
         return kib / 1024 / 1024
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+@dataclass
+class Services:
+    """The services of one benchmark run (``broker`` is None without Kafka)."""
+
+    workdir: Path
+    redis: RedisServer
+    broker: KafkaBroker | None
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+    @property
+    def bootstrap(self) -> str:
+        if self.broker is None:
+            raise RuntimeError("this benchmark was started without Kafka")
+        return self.broker.bootstrap_servers
+
+
+@contextmanager
+def bench_services(prefix: str, kafka: bool = False) -> Iterator[Services]:
+    """Start Redis (AOF on, fsync everysec) and optionally Kafka in a temp dir; stop both."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{prefix}-"))
+    redis_server = RedisServer(workdir / "redis", appendonly=True, appendfsync="everysec")
+    broker = KafkaBroker(workdir / "kafka", heap_mb=512) if kafka else None
+    try:
+        redis_server.start()
+        if broker is not None:
+            broker.start()
+        yield Services(workdir, redis_server, broker)
+    finally:
+        if broker is not None:
+            broker.stop()
+        redis_server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def redis_cpu_seconds(client: Any) -> float:
+    """used_cpu_sys + used_cpu_user of the server (INFO cpu), in seconds."""
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def redis_used_memory(client: Any) -> int:
+    """INFO memory ``used_memory`` in bytes."""
+    return int(client.info("memory")["used_memory"])
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100); 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return float(ordered[rank - 1])
+
+
+def poisson_interval(count: int) -> tuple[float, float]:
+    """Approximate 95% interval of a Poisson count (Wilson-Hilferty style bounds)."""
+    if count == 0:
+        return 0.0, 3.69
+    lo = count * (1 - 1 / (9 * count) - 1.96 / (3 * math.sqrt(count))) ** 3
+    hi = (count + 1) * (1 - 1 / (9 * (count + 1)) + 1.96 / (3 * math.sqrt(count + 1))) ** 3
+    return max(0.0, lo), hi
+
+
+def ratio(numerator: float, denominator: float, digits: int = 3) -> float | None:
+    """``numerator / denominator`` rounded, None when the denominator is 0."""
+    return round(numerator / denominator, digits) if denominator else None
+
+
+class Progress:
+    """Prints timestamped progress lines (the full run takes many minutes)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.start = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        elapsed = time.perf_counter() - self.start
+        print(f"[{self.name} +{elapsed:6.1f}s] {message}", flush=True)
+
+
+def streaming_batches(query: Any) -> list[dict[str, Any]]:
+    """``recentProgress`` of a finished query, without empty batches."""
+    return [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
+
+
+def phase_durations(batches: list[dict[str, Any]]) -> dict[str, int]:
+    """``durationMs`` of the batches summed per phase (addBatch, latestOffset, ...)."""
+    phases: dict[str, int] = {}
+    for progress in batches:
+        for key, value in (progress.get("durationMs") or {}).items():
+            phases[key] = phases.get(key, 0) + int(value)
+    return phases
+
+
+def run_to_end(writer: Any) -> tuple[float, Any]:
+    """Start ``writer`` with ``availableNow``, wait for the end; return (seconds, query)."""
+    start = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - start
+    if query.exception() is not None:
+        raise RuntimeError(f"benchmark query {query.name or query.id} failed: "
+                           f"{query.exception()}")
+    return seconds, query
+
+
+def operator_skeleton(df: Any, id_column: str, num_shards: int, partitions: int) -> Any:
+    """The dedup operator's Spark shape with none of its work: the floor of its design.
+
+    The same shuffle (shard placement), the same narrow pandas UDF over (ID,
+    shard, ID problem code) reading the whole partition, the same result
+    struct, observe-free filter; nothing is decided (every row kept).
+    """
+    from pyspark.sql import functions as sf
+    from pyspark.sql.functions import pandas_udf
+
+    from dedup.metrics import LATE, RESULT_COLUMN, RESULT_FIELDS, STATUS
+    from dedup.partition_step import id_problem_column, result_type
+    from dedup.placement import placement_column
+    from dedup.worker_imports import keep_static_archive_caches
+
+    def nothing_decided(batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
+        keep_static_archive_caches()  # as the operator does
+        for batch in list(batches):
+            rows = len(batch[0])
+            yield pd.DataFrame({name: np.zeros(rows, dtype=np.int8 if name in (STATUS, LATE)
+                                               else np.int32) for name in RESULT_FIELDS})
+
+    decide = pandas_udf(nothing_decided, result_type()).asNondeterministic()  # type: ignore[call-overload]
+    record_id = sf.col(id_column)
+    shard = sf.pmod(sf.xxhash64(record_id), sf.lit(num_shards)).cast("int")
+    return (df.repartition(partitions, placement_column(shard, num_shards, partitions))
+            .withColumn(RESULT_COLUMN, decide(record_id, shard, id_problem_column(record_id)))
+            .filter(sf.col(f"{RESULT_COLUMN}.{STATUS}") == 0).drop(RESULT_COLUMN))

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._spark_bench import bench_services
-from benchmarks.common import run_metadata, write_json
+from benchmarks.common import bench_services, run_metadata, write_json
 from dedup.bloom import FilterCache
 from dedup.catalog import RedisCatalog
 from dedup.claim import ShardClaimer

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.exceptions import ConfigError
 
 APP_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -280,7 +281,7 @@ class DedupConfig:
 
     app_id: str
     redis: RedisConfig = field(default_factory=RedisConfig)
-    id_column: str = "_record_id"
+    id_column: str = DEFAULT_ID_COLUMN
     num_shards: int = 8
     bloom: BloomConfig = field(default_factory=BloomConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)

@@ -72,3 +72,9 @@ class ServiceError(DedupError, RuntimeError):
 
 class MissingToolError(ServiceError, FileNotFoundError):
     """A program or jar folder the local services need is not installed."""
+
+
+class InjectedFault(DedupError, RuntimeError):  # noqa: N818 - the name of the event, not a bug
+    """Raised by an armed fail-point with action ``raise`` (tests and chaos runs)."""
+
+    _retriable = True

@@ -39,10 +39,11 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dedup.exceptions import DedupError
+from dedup.exceptions import InjectedFault
 
 KNOWN_FAIL_POINTS = (
     "dedup.after_claim",
@@ -54,14 +55,14 @@ KNOWN_FAIL_POINTS = (
 )
 
 
-class InjectedFault(DedupError, RuntimeError):  # noqa: N818 - the name of the event, not a bug
-    """Raised by an armed fail-point with action ``raise``."""
+def fail_point(name: str, directory: str | None = None,
+               before: Callable[[], object] | None = None, **context: Any) -> None:
+    """Fire the fail-point ``name`` if it is armed and its match fits ``context``.
 
-    _retriable = True
-
-
-def fail_point(name: str, directory: str | None = None, **context: Any) -> None:
-    """Fire the fail-point ``name`` if it is armed and its match fits ``context``."""
+    ``before`` runs only when the point fires, before its action (e.g. a flush so
+    that a reader sees what was produced up to the fault): an unarmed point
+    changes nothing in the caller.
+    """
     folder = directory or os.environ.get("DEDUP_FAILPOINT_DIR")
     if not folder:
         return
@@ -78,6 +79,8 @@ def fail_point(name: str, directory: str | None = None, **context: Any) -> None:
         os.rename(armed, fired)
     except FileNotFoundError:
         return  # another process fired it first
+    if before is not None:
+        before()
     fired.write_text(json.dumps({**spec, "context": {k: str(v) for k, v in context.items()},
                                  "pid": os.getpid(), "time": time.time()}))
     action = spec.get("action", "raise")

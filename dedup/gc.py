@@ -6,13 +6,17 @@ log, so on the progress event of batch ``b`` every decision of that query
 with a batch id ``< b`` is deleted (one pipeline over the shards). The
 listener also renews the app id's lease on every progress and idle event of
 the query that holds it (so an idle query keeps its app id), and releases it
-when the query terminates.
+when the query terminates; other leases (the sink's) register their release
+with :meth:`DecisionGcListener.on_stop`. One listener per SparkSession
+(:func:`session_listener`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -42,7 +46,18 @@ class DecisionGcListener(StreamingQueryListener):
         # a terminated query held, and the last batch it committed.
         self._owners: dict[str, set[str]] = {}
         self._last: dict[str, int] = {}
+        # query id -> {name: release callback}, called once when it terminates
+        self._on_stop: dict[str, dict[str, Callable[[], None]]] = {}
         self.collected = 0
+
+    def on_stop(self, query_id: str, name: str, release: Callable[[], None]) -> None:
+        """Call ``release`` once when streaming query ``query_id`` terminates.
+
+        Safe to repeat (one callback per ``name``; the newest wins). A failing
+        callback is logged: a lease it should have released lapses by itself.
+        """
+        with self._lock:
+            self._on_stop.setdefault(query_id, {})[name] = release
 
     def watch(self, metric_name: str, catalog: RedisCatalog) -> None:
         """Collect for queries whose progress carries ``metric_name``. Safe to repeat."""
@@ -102,6 +117,12 @@ class DecisionGcListener(StreamingQueryListener):
             # a lease: release it in every catalog (harmless elsewhere: only a
             # lease held by query_id changes).
             targets = [c for n, c in self._catalogs.items() if names is None or n in names]
+            releases = self._on_stop.pop(query_id, {})
+        for name, release in releases.items():
+            try:
+                release()
+            except Exception as exc:  # any failure: the lease lapses by itself
+                log.warning("releasing %s of query %s failed: %s", name, query_id, exc)
         for catalog in targets:
             try:
                 if last is not None:
@@ -113,3 +134,19 @@ class DecisionGcListener(StreamingQueryListener):
             except DedupError as exc:
                 log.warning("releasing the dedup app id lease of query %s failed: %s",
                             query_id, exc)
+
+
+# SparkSession -> its one listener (weak: keeps no session alive)
+_LISTENERS: weakref.WeakKeyDictionary[Any, DecisionGcListener] = weakref.WeakKeyDictionary()
+_LISTENERS_LOCK = threading.Lock()
+
+
+def session_listener(spark: Any) -> DecisionGcListener:
+    """The one :class:`DecisionGcListener` of ``spark``, added on first use. Safe to repeat."""
+    with _LISTENERS_LOCK:
+        listener = _LISTENERS.get(spark)
+        if listener is None:
+            listener = DecisionGcListener()
+            spark.streams.addListener(listener)
+            _LISTENERS[spark] = listener
+        return listener

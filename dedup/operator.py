@@ -15,7 +15,6 @@ import re
 import threading
 import time
 import uuid
-import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -38,11 +37,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-# SparkSession -> its one DecisionGcListener (weak: keeps no session alive)
-_LISTENERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_LISTENERS_LOCK = threading.Lock()
 # metric name -> the app id that uses it in this process
 _METRIC_NAMES: dict[str, str] = {}
+_METRIC_NAMES_LOCK = threading.Lock()
 log = logging.getLogger(__name__)
 
 
@@ -76,7 +73,7 @@ class Deduplicator:
         self.gc_listener = gc_listener
         self.catalog = RedisCatalog(config)
         self.metric_name = metric_name(config.app_id)
-        with _LISTENERS_LOCK:
+        with _METRIC_NAMES_LOCK:
             other = _METRIC_NAMES.setdefault(self.metric_name, config.app_id)
         if other != config.app_id:
             # Metrics and decision GC are keyed by this name: the two would mix.
@@ -234,15 +231,9 @@ class Deduplicator:
         return pinned
 
     def _install_listener(self, spark: SparkSession) -> None:
-        from dedup.gc import DecisionGcListener
+        from dedup.gc import session_listener
 
-        with _LISTENERS_LOCK:
-            listener = _LISTENERS.get(spark)
-            if listener is None:
-                listener = DecisionGcListener()
-                spark.streams.addListener(listener)
-                _LISTENERS[spark] = listener
-        listener.watch(self.metric_name, self.catalog)
+        session_listener(spark).watch(self.metric_name, self.catalog)
 
     def metrics(self, query: StreamingQuery | None = None,
                 with_catalog_size: bool = False) -> DedupMetrics | None:

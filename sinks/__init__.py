@@ -18,6 +18,7 @@ from sinks.datasource import (
     ExactlyOnceKafkaStreamWriter,
     SinkCommitMessage,
     register,
+    release_when_stopped,
 )
 from sinks.exceptions import (
     CheckpointSchemaError,
@@ -68,4 +69,5 @@ __all__ = [
     "close_clients",
     "list_transactions",
     "register",
+    "release_when_stopped",
 ]

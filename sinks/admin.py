@@ -17,9 +17,9 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from dedup.config import validate_app_id
-from dedup.kafka_io import KafkaUnavailableError, ensure_topic
 from sinks.config import SinkConfig, sink_identity
-from sinks.exceptions import UnsafeSinkSettingError
+from sinks.exceptions import KafkaUnavailableError, UnsafeSinkSettingError
+from sinks.kafka_io import ensure_topic
 
 TIMEOUT_S = 30.0
 log = logging.getLogger(__name__)

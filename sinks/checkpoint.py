@@ -10,6 +10,13 @@ Key layout (``{...}`` is the Redis Cluster hash tag, one slot per (app, partitio
 ``dedup:{<app>}:sink:ckpt-index``
     Sorted set of ``<query id>:<batch>:<partition>`` scored by batch, to find
     checkpoints for garbage collection after Spark committed their batch.
+``dedup:{<app>:p<partition>}:sink:marker``
+    Hash with the Redis copy of the partition's batch marker: ``committed``
+    (query id and batch of the last commit), ``intent`` (just before a commit,
+    with the time) and ``q:<query id>`` (the last batch each query committed:
+    another query's commit replaces the Kafka marker, not this).
+``dedup:{<app>}:sink:lease``
+    Hash ``owner`` (query id), ``until`` (ms, Redis's clock): the output's lease.
 """
 
 from __future__ import annotations
@@ -22,10 +29,32 @@ from sinks.config import sink_identity
 from sinks.exceptions import (
     CheckpointStateError,
     CheckpointUnavailableError,
+    OutputNameInUseError,
     UnsafeSinkSettingError,
 )
 
 _CLIENTS: dict[tuple[str, float], Any] = {}
+_LEASE_SCRIPTS: dict[int, Any] = {}  # id(client) -> its registered lease script
+
+# Take (or renew) or release the output's lease, atomically, on Redis's clock.
+# KEYS[1] the lease hash; ARGV: query id, lease ms, "take" | "release".
+# Reply {1, "", 0} when held by the caller (or released), {0, owner, ms left} when
+# another query holds it.
+_LEASE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if ARGV[3] == 'release' then
+  if owner == ARGV[1] then redis.call('DEL', KEYS[1]) end
+  return {1, '', 0}
+end
+local until_ms = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')
+if owner and owner ~= ARGV[1] and until_ms > now then
+  return {0, owner, until_ms - now}
+end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'until', now + tonumber(ARGV[2]))
+return {1, '', 0}
+"""
 
 
 def encode_batches(batches: list[Any]) -> bytes:
@@ -112,6 +141,46 @@ class CheckpointStore:
     def meta_key(self) -> str:
         return f"{KEY_PREFIX}:{{{self.identity}}}:sink:meta"
 
+    @property
+    def lease_key(self) -> str:
+        return f"{KEY_PREFIX}:{{{self.identity}}}:sink:lease"
+
+    def _lease(self, query_id: str, lease_ms: int, mode: str) -> list[Any]:
+        def run() -> list[Any]:
+            client = self.client
+            script = _LEASE_SCRIPTS.get(id(client))
+            if script is None:
+                script = _LEASE_SCRIPTS[id(client)] = client.register_script(_LEASE_LUA)
+            return list(script(keys=[self.lease_key], args=[query_id, lease_ms, mode]))
+
+        return list(self._call(f"{mode} the lease of sink output {self.identity!r}", run))
+
+    def take_lease(self, query_id: str, lease_ms: int) -> None:
+        """Take or renew this output's lease for ``query_id`` for ``lease_ms``.
+
+        Safe to repeat. Raises :class:`~sinks.exceptions.OutputNameInUseError`
+        (fatal) when another query holds it: a second pipeline on this
+        (app_id, output.name) would overwrite the first one's batch markers.
+        """
+        held, owner, left_ms = self._lease(query_id, lease_ms, "take")
+        if not held:
+            owner = owner.decode() if isinstance(owner, bytes) else str(owner)
+            raise OutputNameInUseError(
+                f"sink output {self.identity!r} is written by streaming query {owner}; "
+                f"its lease lapses in {int(left_ms) / 1000:.0f} s unless it writes again. Two "
+                "queries writing one output would overwrite each other's batch markers: stop "
+                "that query (its lease is released when it terminates), give this one its own "
+                "app_id or option output.name, or, if that query is gone, start again once "
+                "the lease has lapsed"
+            )
+
+    def release_lease(self, query_id: str) -> None:
+        """Give up this output's lease if ``query_id`` holds it (its query stopped).
+
+        Safe to repeat; a lease held by another query is left alone.
+        """
+        self._lease(query_id, 0, "release")
+
     def _call(self, what: str, fn: Any) -> Any:
         import redis
 
@@ -129,26 +198,34 @@ class CheckpointStore:
 
         value = f"{query_id}:{batch}:{int(time.time() * 1000)}"
         self._call(f"record the commit intent of batch {batch} partition {partition}",
-                   lambda: self.client.hset(self.marker_key(partition), "intent", value))
+                   lambda: self.client.hset(self.marker_key(partition), mapping={
+                       "intent": value, f"i:{query_id}": value}))
 
     def record_committed(self, query_id: str, batch: int, partition: int) -> None:
         """Note that ``batch`` is committed to Kafka. Safe to repeat."""
         self._call(f"record the commit of batch {batch} partition {partition}",
-                   lambda: self.client.hset(self.marker_key(partition), "committed",
-                                            f"{query_id}:{batch}"))
+                   lambda: self.client.hset(self.marker_key(partition), mapping={
+                       "committed": f"{query_id}:{batch}", f"q:{query_id}": batch}))
 
-    def read_marker_copy(self, partition: int
+    def read_marker_copy(self, partition: int, query_id: str = ""
                          ) -> tuple[tuple[str, int] | None, tuple[str, int, int] | None]:
-        """``(committed (query, batch), intent (query, batch, ms))``, each None if absent."""
+        """``(committed (query, batch), intent (query, batch, ms))``, each None if absent.
+
+        Each is the partition's last one, or, when ``query_id`` has one, that
+        query's own (another query's commits do not replace it). Read-only.
+        """
         raw = self._call(f"read the marker copy of partition {partition}",
-                         lambda: self.client.hmget(self.marker_key(partition),
-                                                   "committed", "intent"))
+                         lambda: self.client.hmget(self.marker_key(partition), "committed",
+                                                   "intent", f"q:{query_id}", f"i:{query_id}"))
         committed = intent = None
-        if raw[0] is not None:
+        if raw[2] is not None and query_id:
+            committed = (query_id, int(raw[2]))
+        elif raw[0] is not None:
             qid, _, batch = raw[0].decode().rpartition(":")
             committed = (qid, int(batch))
-        if raw[1] is not None:
-            rest, _, ms = raw[1].decode().rpartition(":")
+        own_intent = raw[3] if raw[3] is not None and query_id else raw[1]
+        if own_intent is not None:
+            rest, _, ms = own_intent.decode().rpartition(":")
             qid, _, batch = rest.rpartition(":")
             intent = (qid, int(batch), int(ms))
         return committed, intent
@@ -222,6 +299,12 @@ class CheckpointStore:
             )
         return bytes(stored), False
 
+    def delete(self, query_id: str, batch: int, partition: int) -> None:
+        """Delete one checkpoint that this call's caller created. Safe to repeat."""
+        self._call(f"delete the checkpoint of batch {batch} partition {partition}",
+                   lambda: (self.client.delete(self.key(query_id, batch, partition)),
+                            self.client.zrem(self.index_key, f"{query_id}:{batch}:{partition}")))
+
     def collect_garbage(self, query_id: str, before_batch: int) -> int:
         """Delete this query's checkpoints of batches ``< before_batch``; return how many.
 
@@ -248,3 +331,27 @@ class CheckpointStore:
     def drop_query(self, query_id: str) -> int:
         """Delete every checkpoint of ``query_id`` (after the query is gone for good)."""
         return self.collect_garbage(query_id, 2**62)
+
+
+def release_on_stop(spark: Any, spark_query_id: str, owner: str, config: Any) -> bool:
+    """Release ``config``'s output lease held by ``owner`` when the streaming query
+    ``spark_query_id`` of ``spark`` terminates; return whether that was arranged.
+
+    Without it the lease lapses ``lease.ms`` after the query's last write, and
+    a new query on the output (a checkpoint reset) is refused until then.
+    Safe to repeat. Arranged only when ``spark``'s query manager runs that
+    query (its listener hears only its own queries).
+    """
+    if not (config.strong_productions and config.redis is not None and config.lease_ms):
+        return False
+    from dedup.gc import session_listener
+
+    try:
+        if spark.streams.get(spark_query_id) is None:
+            return False
+    except Exception:  # py4j errors of a stopping session: no release
+        return False
+    store = CheckpointStore.for_config(config)
+    session_listener(spark).on_stop(spark_query_id, f"the lease of sink output {store.identity}",
+                                    lambda: store.release_lease(owner))
+    return True

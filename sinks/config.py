@@ -24,6 +24,7 @@ DATA_SOURCE_NAME = "exactly_once_kafka"
 DEFAULT_MARKER_TOPIC = "__dedup_markers"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 DEFAULT_MAX_BATCH_DURATION_MS = 60_000
+DEFAULT_LEASE_MS = 60_000
 
 _SECRET_WORDS = ("password", "secret", "token", "oauthbearer.config", "ssl.key.pem",
                  "ssl.keystore", "sasl.jaas")
@@ -125,6 +126,13 @@ class SinkConfig:
         (``<app_id>/<output>.p<partition>``), marker groups and checkpoint keys
         include it, so the outputs never share markers. Empty (the default)
         keeps the key formats of a single output.
+    lease_ms:
+        Option ``lease.ms``: the output's lease (strong productions only, kept
+        in the checkpoint Redis). Every partition write that produces takes it
+        for its streaming query; another query id is refused
+        (:class:`~sinks.OutputNameInUseError`) until it lapses this long
+        (Redis's clock) after the holder's last write, or the holder's query
+        terminates. 0 turns it off (only for queries that are one pipeline).
     """
 
     app_id: str
@@ -140,6 +148,7 @@ class SinkConfig:
     transaction_retries: int = 3
     failpoint_dir: str | None = None
     output_name: str = ""
+    lease_ms: int = DEFAULT_LEASE_MS
 
     def __post_init__(self) -> None:
         try:
@@ -162,6 +171,8 @@ class SinkConfig:
             )
         if self.transaction_retries < 1:
             raise SinkConfigError("transaction_retries must be >= 1")
+        if self.lease_ms < 0:
+            raise SinkConfigError(f"option lease.ms must be >= 0, not {self.lease_ms}")
         config = dict(self.producer_config)
         object.__setattr__(self, "producer_config", config)
         if "transactional.id" in config:
@@ -277,4 +288,5 @@ class SinkConfig:
             transaction_retries=_int(opts, "transaction.retries", 3, minimum=1),
             failpoint_dir=opts.get("failpoint.dir") or None,
             output_name=str(opts.get("output.name") or "").strip(),
+            lease_ms=_int(opts, "lease.ms", DEFAULT_LEASE_MS),
         )

@@ -15,7 +15,7 @@ Spark pickles these classes by reference, so they live in this installed module.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +126,20 @@ class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter
               batchId: int) -> None:
         """Nothing to undo: uncommitted Kafka transactions are invisible, checkpoints are kept."""
         log.warning("exactly_once_kafka: batch %s aborted; Spark will retry it", batchId)
+
+
+def release_when_stopped(spark: Any, query: Any, options: Mapping[str, Any]) -> bool:
+    """Release the output lease of ``query`` (started by ``spark`` with ``options``) when
+    it terminates; return whether that was arranged. Safe to repeat.
+
+    Without it the lease lapses ``lease.ms`` after the query's last write, and
+    a new query on the same output (a checkpoint reset right after a clean
+    stop) is refused until then.
+    """
+    from sinks.checkpoint import release_on_stop
+
+    query_id = str(query.id)
+    return release_on_stop(spark, query_id, query_id, SinkConfig.from_options(options))
 
 
 def register(spark: Any) -> None:

@@ -14,6 +14,12 @@ class SinkError(DedupError):
     """A sink could not be built or could not write a partition."""
 
 
+class KafkaUnavailableError(SinkError, ConnectionError):
+    """The Kafka cluster could not be reached or refused an admin call."""
+
+    _retriable = True
+
+
 class SinkConfigError(SinkError, ConfigError):
     """A sink option is missing, malformed or contradicts another one."""
 
@@ -75,6 +81,13 @@ class CheckpointSchemaError(CheckpointStateError):
     """
 
     _fatal = True
+
+
+class MarkerPendingError(SinkError, RuntimeError):
+    """The marker read waited its patience on another writer's open transaction (internal:
+    the sink then replaces its producer, whose ``init_transactions`` aborts it)."""
+
+    _retriable = True
 
 
 class TransactionFailedError(SinkError, RuntimeError):

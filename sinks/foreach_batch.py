@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sinks.admin import prepare
-from sinks.checkpoint import CheckpointStore
+from sinks.checkpoint import CheckpointStore, release_on_stop
 from sinks.config import SinkConfig
 from sinks.exceptions import OutputNameInUseError, SinkConfigError
 from sinks.records import check_schema
@@ -57,6 +57,8 @@ class ExactlyOnceKafkaForeachBatch:
         self.config = SinkConfig.from_options(self.options)
         self.fixed_query_id = self.options.get("query_id")
         self._prepared = False
+        self._owners: set[str] = set()  # query ids whose output lease this instance took
+        self._stop_hooks: set[str] = set()  # Spark query ids whose stop releases it
 
     def claim_output(self) -> None:
         """Register this instance as the writer of its (app_id, output.name) in this process.
@@ -82,12 +84,37 @@ class ExactlyOnceKafkaForeachBatch:
         )
 
     def release(self) -> None:
-        """Give up this instance's (app_id, output.name) so a new instance may use it."""
+        """Give up this instance's (app_id, output.name) and its output lease in Redis,
+        so that another instance or query may write the output. Call once its query
+        has stopped. Safe to repeat.
+
+        The lease is also released when the query terminates, where this process's
+        first SparkSession runs it; otherwise it lapses ``lease.ms`` after the last
+        write.
+        """
         key = (self.config.app_id, self.config.output_name)
         with _OUTPUTS_LOCK:
             ref = _OUTPUTS.get(key)
             if ref is not None and ref() is self:
                 del _OUTPUTS[key]
+        if self._owners and self.config.strong_productions and self.config.redis is not None:
+            store = CheckpointStore.for_config(self.config)
+            for owner in sorted(self._owners):
+                store.release_lease(owner)
+            self._owners.clear()
+
+    def _release_on_stop(self, df: Any, owner: str) -> None:
+        spark_query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        if not spark_query_id or spark_query_id in self._stop_hooks:
+            return
+        # The micro-batch DataFrame belongs to the query's cloned session, whose
+        # listener bus never hears the query's events; the session that started
+        # it is, in nearly every program, the process's first one.
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession._instantiatedSession
+        if spark is not None and release_on_stop(spark, spark_query_id, owner, self.config):
+            self._stop_hooks.add(spark_query_id)
 
     def _query_id(self, df: Any) -> str:
         if self.fixed_query_id:
@@ -113,6 +140,8 @@ class ExactlyOnceKafkaForeachBatch:
         columns = list(df.columns)
         query_id = self._query_id(df)
         batch = int(batch_id)
+        self._owners.add(query_id)
+        self._release_on_stop(df, query_id)
 
         def write(batches: Iterator[Any]) -> Iterator[Any]:
             import pyarrow as pa

@@ -51,6 +51,7 @@ from sinks.config import SinkConfig
 from sinks.exceptions import (
     CommitOutcomeUnknownError,
     MarkerLostError,
+    MarkerPendingError,
     ProducerFencedError,
     ProducerStuckError,
     QueryIdReusedError,
@@ -164,10 +165,6 @@ def call_with_deadline(call: Callable[[], None], seconds: float, what: str) -> N
         raise outcome[0]
 
 
-class MarkerPendingError(Exception):
-    """The marker read waited ``patience`` seconds on another writer's open transaction."""
-
-
 def _marker_consumer(config: SinkConfig, partition: int) -> Consumer:
     group = config.marker_group(partition)
     consumer = _CONSUMERS.get(group)
@@ -254,9 +251,10 @@ def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfi
     produce = producer.produce
     for index, record in enumerate(records):
         if index == half and half:
-            if config.failpoint_dir:
-                producer.flush(CALL_TIMEOUT_S)  # so a read_uncommitted reader sees the half
-            fail_point("sink.mid_produce", config.failpoint_dir, batch=batch,
+            # The flush only when the point fires: a read_uncommitted reader then
+            # sees the half that was produced.
+            fail_point("sink.mid_produce", config.failpoint_dir,
+                       before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
                        partition=partition, attempt=attempt)
         headers: list[tuple[str, str | bytes | None]] = [*record.headers,
                                                           (RECORD_ID_HEADER, record.record_id)]
@@ -311,15 +309,7 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         # preceded Spark's own commit); batch + 1 is started only after batch
         # is in Spark's commit log. A marker further ahead was written by
         # another life of this query id, and skipping would drop this batch.
-        raise QueryIdReusedError(
-            f"sink batch {batch} partition {partition}: the batch marker of "
-            f"{config.marker_group(partition)} says query id {query_id!r} already committed "
-            f"batch {next_batch - 1}, more than one batch ahead: the query id was reused (a "
-            "reset or new checkpoint location, or two queries with one id). Give this query "
-            "a new query_id option (it then writes every batch it reads, including input an "
-            "earlier query wrote), or restore the old checkpoint location; `dedup txn list "
-            "--app-id` shows the markers"
-        )
+        raise _reused(config, query_id, batch, partition, next_batch - 1)
     if marker_qid == query_id and next_batch == batch + 1:
         return True, 0
     # The marker copy lives beside the checkpoints: strong productions only (weak
@@ -328,8 +318,14 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
              if config.strong_productions and config.redis is not None else None)
     # Not the usual "previous batch done": Kafka's marker may have expired.
     if (store is not None and not (marker_qid == query_id and next_batch == batch)
-            and _committed_per_redis(store, query_id, batch, partition, config, records)):
+            and _committed_per_redis(store, query_id, batch, partition, config, records,
+                                     marker_qid)):
         return True, 0
+    if store is not None and config.lease_ms:
+        # After get_producer: a query that takes the lease over later must
+        # init_transactions after it, which fences this producer, so a write
+        # checked here cannot commit after a takeover.
+        store.take_lease(query_id, config.lease_ms)
     try:
         producer.begin_transaction()
         # The marker first: a fenced (stale cached) producer fails here, before
@@ -340,9 +336,8 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
             lambda: producer.send_offsets_to_transaction(marker, group, OFFSETS_TIMEOUT_S),
             OFFSETS_TIMEOUT_S + STUCK_GRACE_S, f"send_offsets_to_transaction of {what}")
         _produce_all(producer, records, config, batch, partition, attempt)
-        if config.failpoint_dir:
-            producer.flush(CALL_TIMEOUT_S)
-        fail_point("sink.before_commit", config.failpoint_dir, batch=batch,
+        fail_point("sink.before_commit", config.failpoint_dir,
+                   before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
                    partition=partition, attempt=attempt)
         if store is not None:
             store.record_intent(query_id, batch, partition)
@@ -359,38 +354,63 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
     return False, len(records)
 
 
+def _reused(config: SinkConfig, query_id: str, batch: int, partition: int,
+            committed: int) -> QueryIdReusedError:
+    return QueryIdReusedError(
+        f"sink batch {batch} partition {partition}: the batch marker of "
+        f"{config.marker_group(partition)} says query id {query_id!r} already committed "
+        f"batch {committed}, more than one batch ahead: the query id was reused (a "
+        "reset or new checkpoint location, or two queries with one id). Give this query "
+        "a new query_id option (it then writes every batch it reads, including input an "
+        "earlier query wrote), or restore the old checkpoint location; `dedup txn list "
+        "--app-id` shows the markers"
+    )
+
+
 def _committed_per_redis(store: CheckpointStore, query_id: str, batch: int, partition: int,
-                         config: SinkConfig, records: list[OutRecord]) -> bool:
+                         config: SinkConfig, records: list[OutRecord],
+                         marker_qid: str | None) -> bool:
     """Whether the Redis copy of the marker (or the output) says ``batch`` is committed.
 
-    Kafka deletes a marker group ``offsets.retention.minutes`` after its last
-    commit. The copy says ``committed`` after each Kafka commit and ``intent``
-    just before it; an intent for this batch with no commit recorded is
-    ambiguous only when it is older than the retention (a newer commit would
-    still have its Kafka marker). Then the output decides: this producer's
-    ``init_transactions()`` has settled the transactional id's last
-    transaction, and a transaction is all or nothing, so the batch is in if
-    its records are visible to ``read_committed`` readers and out if none is.
-    Refused only when the output cannot tell.
+    Kafka's marker holds only the partition's last commit, of whichever query
+    (``marker_qid``): after another query on this output wrote (a checkpoint
+    reset once this one's lease lapsed), only the copy's per-query entries
+    still know what this query did. And Kafka deletes a marker group
+    ``offsets.retention.minutes`` after its last commit. The copy says
+    ``committed`` after each Kafka commit and ``intent`` just before it; an
+    intent for this batch with no commit recorded is ambiguous when Kafka's
+    marker names another query, or none and the intent is older than the
+    retention (a newer commit would still have its marker). Then the output
+    decides: this producer's ``init_transactions()`` has settled the
+    transactional id's last transaction, and a transaction is all or nothing,
+    so the batch is in if its records are visible to ``read_committed``
+    readers and out if none is. Refused only when the output cannot tell.
     """
-    committed, intent = store.read_marker_copy(partition)
+    committed, intent = store.read_marker_copy(partition, query_id)
     if committed is not None and committed[0] == query_id and committed[1] >= batch:
-        log.warning("sink batch %d partition %d: Kafka's batch marker is gone (expired?) but "
-                    "the Redis copy says it is committed: skipped", batch, partition)
+        if committed[1] > batch:  # as with Kafka's marker (see _attempt)
+            raise _reused(config, query_id, batch, partition, committed[1])
+        log.warning("sink batch %d partition %d: Kafka's batch marker no longer names this "
+                    "query (expired, or another query wrote since) but the Redis copy says "
+                    "the batch is committed: skipped", batch, partition)
         return True
     if intent is not None and intent[:2] == (query_id, batch):
         age_ms = time.time() * 1000 - intent[2]
-        if age_ms >= store.marker_retention_ms():
+        if (marker_qid is not None and marker_qid != query_id) or \
+                age_ms >= store.marker_retention_ms():
             found = _in_output(config, records, intent[2] - config.max_batch_duration_ms)
             if found is not None:
                 log.warning("sink batch %d partition %d: Kafka's batch marker is gone and the "
                             "Redis copy has only the commit intent; the output shows the batch "
                             "%s", batch, partition, "in: skipped" if found else "out: written")
                 return found
+            gone = (f"replaced by query {marker_qid}'s" if marker_qid is not None else
+                    "expired (the commit began longer ago than the broker's "
+                    "offsets.retention.minutes)")
             raise MarkerLostError(
                 f"sink batch {batch} partition {partition}: its commit to Kafka began "
-                f"{age_ms / 3_600_000:.1f} h ago, longer than the broker's "
-                "offsets.retention.minutes, its Kafka batch marker is gone, and its records "
+                f"{age_ms / 3_600_000:.1f} h ago, its Kafka batch marker is {gone}, and "
+                "its records "
                 "carry no record IDs to look for in the output, so whether it was committed "
                 "cannot be told; check the output topic for records of this batch, then "
                 "resume with a new query id or raise offsets.retention.minutes above the "

@@ -14,7 +14,7 @@ from dedup.failpoints import fail_point
 from dedup.worker_imports import keep_static_archive_caches
 from sinks.checkpoint import CheckpointStore, decode_batches, encode_batches
 from sinks.config import SinkConfig
-from sinks.exceptions import CheckpointSchemaError
+from sinks.exceptions import CheckpointSchemaError, OutputNameInUseError
 from sinks.records import InputLayout, iter_rows_as_batches, to_records
 from sinks.transactions import PartitionResult, write_partition
 
@@ -84,7 +84,8 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     """
     keep_static_archive_caches()  # per-task overhead of the worker, see the module
     arrow = list(_as_arrow(batches, columns))
-    replayed = False
+    replayed = won = False
+    store: CheckpointStore | None = None
     if config.strong_productions:
         assert config.redis is not None  # checked by SinkConfig
         store = CheckpointStore.for_config(config)
@@ -106,5 +107,12 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     records, dead = to_records(arrow, config, layout, batch, partition)
     fail_point("sink.after_checkpoint", config.failpoint_dir, batch=batch,
                partition=partition, attempt=attempt)
-    return write_partition(config, records + dead, query_id, batch, partition,
-                           replayed=replayed)
+    try:
+        return write_partition(config, records + dead, query_id, batch, partition,
+                               replayed=replayed)
+    except OutputNameInUseError:
+        if store is not None and won:
+            # Refused before anything was produced: this query must not come back
+            # to a checkpoint it was never allowed to write (it was created above).
+            store.delete(query_id, batch, partition)
+        raise

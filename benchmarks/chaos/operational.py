@@ -130,7 +130,7 @@ def prefix_check(run: Run, batches_done: int) -> dict[str, Any]:
     payload, and every record of the ``batches_done`` committed batches present."""
     from collections import Counter
 
-    from dedup.verify import read_observed
+    from sinks.verify import read_observed
     from sources.synthetic_rows import expected_output
 
     options = _options(run)
@@ -572,8 +572,8 @@ def _two_outputs(run: Run) -> int:
     restarted from its checkpoint. Both topics are verified."""
     from dedup import deduplicate
     from dedup.cli.pipeline import Addresses, dedup_config, sink_frame, source_frame
-    from dedup.kafka_io import ensure_topic
     from sinks import ExactlyOnceKafkaForeachBatch
+    from sinks.kafka_io import ensure_topic
 
     k = run.spec.batch
     ev = run.fault.evidence

@@ -42,9 +42,9 @@ from benchmarks.chaos.faults import (
 )
 from dedup.constants import RECORD_ID_HEADER
 from dedup.failpoints import arm, fired
-from dedup.kafka_io import consume_all, ensure_topic
 from dedup.local.services import KafkaBroker, RedisServer, process_alive
-from dedup.verify import verify_topic
+from sinks.kafka_io import consume_all, ensure_topic
+from sinks.verify import verify_topic
 
 ROWS = 1200
 ROWS_PER_BATCH = 200

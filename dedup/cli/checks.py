@@ -6,7 +6,7 @@ from typing import Any
 
 from dedup.config import redact_url
 from dedup.exceptions import CatalogUnavailableError, ConfigError
-from dedup.kafka_io import KafkaUnavailableError
+from sinks.exceptions import KafkaUnavailableError
 
 SERVICES_HINT = "start the local services with 'dedup services up'"
 

@@ -12,34 +12,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dedup.config import validate_app_id
+from dedup.config import BloomConfig, DedupConfig, RetentionConfig, validate_app_id
+from dedup.constants import RECORD_ID_HEADER
 from dedup.exceptions import ConfigError
+from sources.synthetic_rows import SyntheticOptions
+
+SYNTHETIC_KEYS = ("seed", "rows_per_batch", "total_rows", "rows_per_second", "duplicate_rate",
+                  "duplicate_distance", "duplicate_gap_batches", "num_keys", "key_skew",
+                  "payload_bytes", "num_partitions")
+# Defaults live in the config dataclasses; the file's keys take theirs.
+_DEDUP = DedupConfig(app_id="defaults")
+_BLOOM, _RETENTION, _SYNTHETIC = BloomConfig(), RetentionConfig(), SyntheticOptions()
 
 # table -> {key: default}. None means "no default" (required or optional).
 SCHEMA: dict[str, dict[str, Any]] = {
     "": {"app_id": None, "checkpoint": ""},
     "source": {
         "type": "synthetic",
-        # synthetic
-        "seed": 0, "rows_per_batch": 1000, "total_rows": 0, "rows_per_second": 0.0,
-        "duplicate_rate": 0.1, "duplicate_distance": "later_batches",
-        "duplicate_gap_batches": 2, "num_keys": 1000, "key_skew": 0.0, "payload_bytes": 64,
-        "num_partitions": 2,
+        **{key: getattr(_SYNTHETIC, key) for key in SYNTHETIC_KEYS},
         # kafka
         "bootstrap_servers": "", "topics": [], "starting_offsets": "earliest",
         "max_offsets_per_trigger": 0,
         # files
         "path": "", "format": "json", "schema": "", "max_files_per_trigger": 0,
     },
-    "ids": {"strategy": "", "column": "", "columns": [], "header": "dedup-record-id"},
+    "ids": {"strategy": "", "column": "", "columns": [], "header": RECORD_ID_HEADER},
     "dedup": {
-        "enabled": True, "num_shards": 8, "bloom_enabled": True, "bloom_capacity": 1_000_000,
-        "bloom_error_rate": 0.01, "retention_horizon_seconds": 7 * 24 * 3600,
-        "retention_bucket_seconds": 24 * 3600, "event_time_column": "", "late_policy": "drop",
-        "allow_shared_app_id": False, "invalid_ids": "fail",
+        "enabled": True, "num_shards": _DEDUP.num_shards, "bloom_enabled": _BLOOM.enabled,
+        "bloom_capacity": _BLOOM.capacity, "bloom_error_rate": _BLOOM.error_rate,
+        "retention_horizon_seconds": _RETENTION.horizon_seconds,
+        "retention_bucket_seconds": _RETENTION.bucket_seconds,
+        "event_time_column": _RETENTION.event_time_column or "",
+        "late_policy": str(_RETENTION.late_policy),
+        "allow_shared_app_id": _DEDUP.allow_shared_app_id,
+        "invalid_ids": str(_DEDUP.invalid_ids),
     },
     # wait_replicas -1: the count recorded for the app id (RedisConfig's None)
-    "redis": {"url": "", "require_persistence": True, "wait_replicas": -1},
+    "redis": {"url": "", "require_persistence": _DEDUP.redis.require_persistence,
+              "wait_replicas": -1},
     "sink": {
         "type": "kafka", "bootstrap_servers": "", "topic": "", "partitions": 2,
         "key_column": "key", "value_column": "", "options": {},
@@ -51,9 +61,6 @@ SCHEMA: dict[str, dict[str, Any]] = {
 }
 SOURCE_TYPES = ("synthetic", "kafka", "files")
 SINK_TYPES = ("kafka", "console")
-SYNTHETIC_KEYS = ("seed", "rows_per_batch", "total_rows", "rows_per_second", "duplicate_rate",
-                  "duplicate_distance", "duplicate_gap_batches", "num_keys", "key_skew",
-                  "payload_bytes", "num_partitions")
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,8 @@ from typing import Any
 
 from dedup.cli.checks import QUIET_KAFKA
 from dedup.cli.config_file import PipelineFile, parse_pipeline
-from dedup.cli.pipeline import Addresses, start_query
+from dedup.cli.pipeline import Addresses, source_done, start_query
 from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
-from dedup.cli.run import _source_done
 from dedup.exceptions import DedupError
 
 CRASH_POINT = "sink.before_commit"
@@ -151,11 +150,11 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> DemoResult:
-    from dedup.cli.spark_session import cli_spark_session
     from dedup.failpoints import arm, fired
-    from dedup.kafka_io import ensure_topic
     from dedup.local.services import KafkaBroker, RedisServer
-    from dedup.verify import verify_topic
+    from dedup.local.spark import cli_spark_session
+    from sinks.kafka_io import ensure_topic
+    from sinks.verify import verify_topic
     from sources.synthetic_rows import SyntheticOptions, expected_output
 
     app_id = f"dedup-demo-{int(time.time())}"
@@ -221,7 +220,7 @@ def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> De
         crashed = False
         query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints))
         try:
-            wait_for(query, watcher, lambda: _source_done(pipeline, watcher))
+            wait_for(query, watcher, lambda: source_done(pipeline, watcher))
         except Exception as exc:
             hits = fired(failpoints, CRASH_POINT)
             if not (crash and hits):
@@ -233,7 +232,7 @@ def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> De
                          f"{type(exc).__name__}")
             progress.say("restarting the query from the same checkpoint...")
             query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints))
-            wait_for(query, watcher, lambda: _source_done(pipeline, watcher))
+            wait_for(query, watcher, lambda: source_done(pipeline, watcher))
         finally:
             if query.isActive:
                 query.stop()

@@ -14,7 +14,6 @@ import argparse
 from typing import Any
 
 from dedup.config import DedupConfig, RedisConfig, validate_app_id
-from dedup.exceptions import ConfigError
 
 
 def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -36,13 +35,10 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
 def forget_query_command(args: argparse.Namespace) -> int:
     from dedup.catalog import RedisCatalog
     from dedup.cli.checks import check_redis
-    from dedup.cli.services import service_addresses
+    from dedup.cli.pipeline import resolve_redis_url
 
     app_id = validate_app_id(args.app_id)
-    url = args.redis_url or service_addresses()[0]
-    if not url:
-        raise ConfigError("no Redis address: pass --redis-url redis://host:port/db or start "
-                          "the local services with 'dedup services up'")
+    url = resolve_redis_url(args.redis_url)
     check_redis(url, what="--redis-url")
     catalog = RedisCatalog(DedupConfig(app_id, RedisConfig(url, require_persistence=False),
                                        num_shards=args.num_shards))

@@ -6,6 +6,7 @@ together (the CLI composes; the packages never import each other upward).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ from dedup.exceptions import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from dedup.cli.progress import QueryWatcher
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,35 @@ class Addresses:
 def resolve_addresses(pipeline: PipelineFile, redis_url: str | None = None,
                       bootstrap: str | None = None) -> Addresses:
     """Fill empty addresses from flags, then from ``dedup services up``'s state file."""
-    from dedup.cli.services import service_addresses
+    from dedup.local.lasting import service_addresses
 
     state_redis, state_kafka = service_addresses()
     redis = redis_url or pipeline.table("redis")["url"] or state_redis or ""
     source_kafka = bootstrap or pipeline.table("source")["bootstrap_servers"] or state_kafka or ""
     sink_kafka = bootstrap or pipeline.table("sink")["bootstrap_servers"] or state_kafka or ""
     return Addresses(redis, source_kafka, sink_kafka)
+
+
+def resolve_bootstrap(flag: str | None) -> str:
+    """``--bootstrap``, else the local services' Kafka; refused when neither is there."""
+    from dedup.local.lasting import service_addresses
+
+    bootstrap = flag or service_addresses()[1]
+    if not bootstrap:
+        raise ConfigError("no Kafka address: pass --bootstrap host:port or start the local "
+                          "services with 'dedup services up'")
+    return bootstrap
+
+
+def resolve_redis_url(flag: str | None) -> str:
+    """``--redis-url``, else the local services' Redis; refused when neither is there."""
+    from dedup.local.lasting import service_addresses
+
+    url = flag or service_addresses()[0]
+    if not url:
+        raise ConfigError("no Redis address: pass --redis-url redis://host:port/db or start "
+                          "the local services with 'dedup services up'")
+    return url
 
 
 def check_services(pipeline: PipelineFile, addresses: Addresses) -> None:
@@ -161,6 +186,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     out = sink_frame(frame, pipeline)
     run = pipeline.table("run")
     writer: Any
+    options: dict[str, str] | None = None
     if sink["type"] == "console":
         writer = out.writeStream.format("console").option("truncate", "false")
     else:
@@ -180,4 +206,27 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
         writer = out.writeStream.format("exactly_once_kafka").options(**options)
     writer = writer.option("checkpointLocation", checkpoint).queryName(pipeline.app_id)
     writer = writer.trigger(processingTime=f"{run['trigger_seconds']} seconds")
-    return writer.start()
+    query = writer.start()
+    if options is not None:
+        import sinks
+
+        # A reset checkpoint right after a clean stop is then not refused.
+        sinks.release_when_stopped(spark, query, options)
+    return query
+
+
+def source_done(pipeline: PipelineFile, watcher: QueryWatcher) -> bool:
+    """A finite synthetic source is done once a batch ended at its last row."""
+    src = pipeline.table("source")
+    if src["type"] != "synthetic" or not src["total_rows"] or watcher.last_progress is None:
+        return False
+    for source in watcher.last_progress.get("sources") or []:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if isinstance(end, dict) and int(end.get("row", -1)) >= src["total_rows"]:
+            return True
+    return False

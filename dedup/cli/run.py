@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
 from dedup.cli.checks import QUIET_KAFKA
 from dedup.cli.config_file import PipelineFile, example_path, load_pipeline
 from dedup.cli.errors import EXIT_INCOMPLETE, RUN_EXIT_CODES_HELP
-from dedup.cli.pipeline import Addresses, check_services, resolve_addresses, start_query
+from dedup.cli.pipeline import (
+    Addresses,
+    check_services,
+    resolve_addresses,
+    source_done,
+    start_query,
+)
 from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
 from dedup.exceptions import ConfigError
 from dedup.local.paths import cache_dir
@@ -41,23 +46,6 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=run_command)
 
 
-def _source_done(pipeline: PipelineFile, watcher: QueryWatcher) -> bool:
-    """A finite synthetic source is done once a batch ended at its last row."""
-    src = pipeline.table("source")
-    if src["type"] != "synthetic" or not src["total_rows"] or watcher.last_progress is None:
-        return False
-    for source in watcher.last_progress.get("sources") or []:
-        end = source.get("endOffset")
-        if isinstance(end, str):
-            try:
-                end = json.loads(end)
-            except ValueError:
-                continue
-        if isinstance(end, dict) and int(end.get("row", -1)) >= src["total_rows"]:
-            return True
-    return False
-
-
 def run_command(args: argparse.Namespace) -> int:
     if args.example == bool(args.config):
         raise ConfigError("give either a pipeline file or --example (not both, not neither): "
@@ -69,8 +57,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Namespace) -> int:
-    from dedup.cli.spark_session import cli_spark_session
-    from dedup.kafka_io import ensure_topic
+    from dedup.local.spark import cli_spark_session
+    from sinks.kafka_io import ensure_topic
 
     progress = Progress(quiet=args.quiet)
     run = pipeline.table("run")
@@ -100,7 +88,7 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
                     f"{watcher.rows} records in{dropped}, {elapsed:.1f} s, "
                     f"{rate:,.0f} records/s")
     src = pipeline.table("source")
-    if src["type"] == "synthetic" and src["total_rows"] > 0 and not _source_done(pipeline,
+    if src["type"] == "synthetic" and src["total_rows"] > 0 and not source_done(pipeline,
                                                                                  watcher):
         progress.always(f"dedup run {pipeline.app_id}: stopped at max_seconds before the "
                         f"source's last row ({src['total_rows']}); run the same command "
@@ -156,7 +144,7 @@ def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint
     finite = src["type"] == "synthetic" and src["total_rows"] > 0
 
     def done() -> bool:
-        if _source_done(pipeline, watcher):
+        if source_done(pipeline, watcher):
             return True
         # A finite source ends by itself (or at max_seconds); idleness only
         # ends the other runs. Seen in the chaos matrix on a loaded machine: a
@@ -180,7 +168,7 @@ def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint
 
 def _verify(pipeline: PipelineFile, addresses: Addresses, progress: Progress) -> int:
     from dedup.cli.config_file import SYNTHETIC_KEYS
-    from dedup.verify import verify_topic
+    from sinks.verify import verify_topic
     from sources.synthetic_rows import SyntheticOptions, expected_output
 
     src = pipeline.table("source")

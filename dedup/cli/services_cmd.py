@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dedup.cli import services
 from dedup.exceptions import ConfigError
+from dedup.local import lasting as services
 
 
 def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:

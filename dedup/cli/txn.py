@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from dedup.cli.checks import QUIET_KAFKA, check_kafka
-from dedup.cli.verify_cmd import resolve_bootstrap
+from dedup.cli.pipeline import resolve_bootstrap
 from dedup.config import validate_app_id
 
 

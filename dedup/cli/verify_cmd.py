@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dedup.cli.checks import QUIET_KAFKA, check_kafka
+from dedup.cli.pipeline import resolve_bootstrap
 from dedup.constants import RECORD_ID_HEADER
 from dedup.exceptions import ConfigError
 
@@ -40,18 +41,8 @@ def read_expected_ids(path: str) -> set[str]:
     return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
 
 
-def resolve_bootstrap(flag: str | None) -> str:
-    from dedup.cli.services import service_addresses
-
-    bootstrap = flag or service_addresses()[1]
-    if not bootstrap:
-        raise ConfigError("no Kafka address: pass --bootstrap host:port or start the local "
-                          "services with 'dedup services up'")
-    return bootstrap
-
-
 def verify_command(args: argparse.Namespace) -> int:
-    from dedup.verify import verify_topic
+    from sinks.verify import verify_topic
 
     bootstrap = resolve_bootstrap(args.bootstrap)
     expected = read_expected_ids(args.expected) if args.expected else None

@@ -1,15 +1,28 @@
-"""A local SparkSession wired for this toolkit (Kafka connector, venv Python)."""
+"""A local SparkSession wired for this toolkit (Kafka connector, venv Python), and the
+CLI's variant whose JVM logs go to a file so its output stays readable."""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dedup.local.paths import spark_kafka_connector_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+_LOG4J2 = """\
+status = error
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d %p %c{{1}}: %m%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = FILE
+"""
 
 
 def local_spark_session(
@@ -51,5 +64,23 @@ def local_spark_session(
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def cli_spark_session(log_dir: Path, app_name: str = "dedup", master: str = "local[2]",
+                      shuffle_partitions: int = 4, debug: bool = False) -> SparkSession:
+    """:func:`local_spark_session` with Spark's log in ``log_dir/spark.log``.
+
+    With ``debug`` the JVM logs to the console as usual.
+    """
+    conf: dict[str, str] = {}
+    if not debug:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        props = log_dir / "log4j2.properties"
+        props.write_text(_LOG4J2.format(path=log_dir / "spark.log", level="WARN"))
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{props}"
+    spark = local_spark_session(app_name, master=master, shuffle_partitions=shuffle_partitions,
+                                conf=conf)
     spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dedup.failpoints import arm, fired
-from dedup.kafka_io import ensure_topic
-from dedup.verify import verify_topic
+from sinks.kafka_io import ensure_topic
+from sinks.verify import verify_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
-from dedup.kafka_io import consume_all, ensure_topic
+from sinks.kafka_io import consume_all, ensure_topic
 
 pytestmark = pytest.mark.integration
 

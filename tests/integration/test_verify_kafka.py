@@ -6,8 +6,8 @@ import pytest
 from confluent_kafka import Producer
 
 from dedup.constants import RECORD_ID_HEADER
-from dedup.kafka_io import ensure_topic
-from dedup.verify import open_transaction_partitions, verify_topic
+from sinks.kafka_io import ensure_topic
+from sinks.verify import open_transaction_partitions, verify_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 

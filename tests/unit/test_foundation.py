@@ -17,8 +17,8 @@ from dedup.config import (
     RetentionConfig,
     redact_url,
 )
-from dedup.exceptions import ConfigError, DedupError
-from dedup.failpoints import InjectedFault, arm, fail_point, fired
+from dedup.exceptions import ConfigError, DedupError, InjectedFault
+from dedup.failpoints import arm, fail_point, fired
 from dedup.local.paths import _artifact
 
 
@@ -81,6 +81,17 @@ def test_fail_point_fires_once_and_only_on_match(tmp_path: Path) -> None:
     hits = fired(tmp_path, "sink.before_commit")
     assert len(hits) == 1
     assert hits[0]["context"] == {"batch": "2"}
+
+
+def test_before_runs_only_when_the_point_fires(tmp_path: Path) -> None:
+    calls: list[int] = []
+    fail_point("sink.mid_produce", str(tmp_path), before=lambda: calls.append(1), batch=1)
+    arm(tmp_path, "sink.mid_produce", "raise", match={"batch": 2})
+    fail_point("sink.mid_produce", str(tmp_path), before=lambda: calls.append(2), batch=1)
+    assert calls == []  # unarmed, or armed for another batch: the caller's path is unchanged
+    with pytest.raises(InjectedFault):
+        fail_point("sink.mid_produce", str(tmp_path), before=lambda: calls.append(3), batch=2)
+    assert calls == [3]
 
 
 def test_clock_skew_fail_point_stays_armed_from_its_batch_on(tmp_path: Path) -> None:

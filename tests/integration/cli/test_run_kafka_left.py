@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dedup.cli.run import EXIT_INCOMPLETE
-from dedup.kafka_io import ensure_topic
+from sinks.kafka_io import ensure_topic
 from tests.integration.cli.jars import jar_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]

@@ -18,10 +18,10 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
-from dedup.cli import services
 from dedup.exceptions import ServiceError
-from dedup.kafka_io import consume_all, ensure_topic
+from dedup.local import lasting as services
 from dedup.local.services import process_alive
+from sinks.kafka_io import consume_all, ensure_topic
 from tests.integration.cli.jars import jar_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]

@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 
 from dedup.cli.main import main
 from dedup.constants import RECORD_ID_HEADER
-from dedup.kafka_io import ensure_topic
+from sinks.kafka_io import ensure_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 

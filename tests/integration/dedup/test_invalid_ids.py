@@ -19,7 +19,7 @@ import pytest
 import sinks
 from dedup import DedupConfig, Deduplicator, RedisConfig
 from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
-from dedup.kafka_io import consume_all, ensure_topic
+from sinks.kafka_io import consume_all, ensure_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.redis]
 

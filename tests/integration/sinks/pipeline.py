@@ -16,8 +16,8 @@ from typing import Any
 from confluent_kafka import Producer
 
 from dedup.constants import DEFAULT_ID_COLUMN
-from dedup.kafka_io import ConsumedRecord, consume_all, ensure_topic
 from dedup.verify import VerificationReport, compare
+from sinks.kafka_io import ConsumedRecord, consume_all, ensure_topic
 
 OUT_PARTITIONS = 2
 SINK_PARTITIONS = 3

@@ -16,9 +16,9 @@ from confluent_kafka.admin import AdminClient
 
 from dedup.config import RedisConfig
 from dedup.constants import RECORD_ID_HEADER
-from dedup.kafka_io import consume_all, ensure_topic
 from sinks import SinkConfig
 from sinks.admin import prepare
+from sinks.kafka_io import consume_all, ensure_topic
 from sinks.records import OutRecord
 from sinks.transactions import close_clients, write_partition
 

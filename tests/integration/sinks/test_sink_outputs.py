@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from dedup.kafka_io import ensure_topic
 from sinks import ExactlyOnceKafkaForeachBatch
+from sinks.kafka_io import ensure_topic
 from tests.integration.sinks.pipeline import (
     OUT_PARTITIONS,
     build_stream,

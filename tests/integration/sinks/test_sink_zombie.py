@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from dedup.constants import RECORD_ID_HEADER
-from dedup.kafka_io import consume_all, ensure_topic
 from sinks import SinkConfig
 from sinks.admin import abort_transactions, list_transactions, prepare
+from sinks.kafka_io import consume_all, ensure_topic
 from sinks.records import OutRecord
 from sinks.transactions import _PRODUCERS, close_clients, drop_producer, write_partition
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from dedup.constants import RECORD_ID_HEADER
-from dedup.kafka_io import ensure_topic
+from sinks.kafka_io import ensure_topic
 from sources import SyntheticOptions, read_files, read_kafka, synthetic_rows, synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

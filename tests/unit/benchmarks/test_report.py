@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks._spark_bench import percentile, poisson_interval, ratio
 from benchmarks.bench_bloom import theory_bits_per_id
+from benchmarks.common import percentile, poisson_interval, ratio
 
 META = {"date": "2026-01-01 00:00 UTC", "machine": "test", "python": "3", "pyspark": "4",
         "librdkafka": "2"}

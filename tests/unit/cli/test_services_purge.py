@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dedup.cli import services
 from dedup.exceptions import ServiceError
+from dedup.local import lasting as services
 
 
 @pytest.fixture

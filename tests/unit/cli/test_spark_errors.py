@@ -118,8 +118,7 @@ def test_find_toolkit_error_in_texts() -> None:
 
 def test_every_error_class_is_known() -> None:
     from dedup.cli.errors import toolkit_error_classes
-    from dedup.kafka_io import KafkaUnavailableError
-    from sinks.exceptions import ProducerStuckError
+    from sinks.exceptions import KafkaUnavailableError, ProducerStuckError
     from sources.exceptions import SourceConfigError
 
     known = toolkit_error_classes()

@@ -91,3 +91,22 @@ def test_progress_and_idle_events_renew_the_lease_of_the_apps_the_query_runs() -
     listener.onQueryIdle(SimpleNamespace(id="q1"))
     listener.onQueryIdle(SimpleNamespace(id="q-unknown"))
     assert a.renewed == ["q1", "q1"] and b.renewed == []
+
+
+def test_stop_callbacks_run_once_for_their_query_and_failures_are_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    listener = DecisionGcListener()
+    calls: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("redis down")
+
+    listener.on_stop("q1", "sink lease a", lambda: calls.append("a"))
+    listener.on_stop("q1", "sink lease a", lambda: calls.append("a-newest"))
+    listener.on_stop("q1", "sink lease b", broken)
+    listener.on_stop("q2", "sink lease c", lambda: calls.append("c"))
+    with caplog.at_level("WARNING"):
+        listener.onQueryTerminated(SimpleNamespace(id="q1"))
+        listener.onQueryTerminated(SimpleNamespace(id="q1"))
+    assert calls == ["a-newest"]
+    assert "sink lease b" in caplog.text and "redis down" in caplog.text

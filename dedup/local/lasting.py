@@ -1,4 +1,4 @@
-"""``dedup services up|down|status``: local Redis and Kafka that outlive the command.
+"""Local Redis and Kafka that outlive the command (``dedup services up|down|status``).
 
 Their addresses and pids go to a JSON state file under
 ``<cache>/services/state.json`` (:func:`dedup.local.paths.cache_dir`), which

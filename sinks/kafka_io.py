@@ -1,4 +1,5 @@
-"""Small Kafka helpers shared by the sink, the verifier, the CLI and the tests."""
+"""Small Kafka helpers: topics and a bounded read of a topic (the sink, the verifier,
+the CLI and the tests)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from dedup.exceptions import DedupError
-
-
-class KafkaUnavailableError(DedupError, ConnectionError):
-    """The Kafka cluster could not be reached or refused an admin call."""
-
-    _retriable = True
+from sinks.exceptions import KafkaUnavailableError
 
 
 @dataclass(frozen=True)

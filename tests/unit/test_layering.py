@@ -1,0 +1,69 @@
+"""The import rules of the layout (docs/design.md, "Packages"): dependencies point one way.
+
+* the core (``dedup`` without ``dedup.cli`` and ``dedup.local``) imports neither
+  Kafka nor the adapters nor the command line nor the service manager;
+* ``sinks`` and ``sources`` import only the core (and their own package);
+* ``dedup.cli`` is the one place that composes them.
+
+Every import statement counts, also those inside functions: a lazy import is
+still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FORBIDDEN = {
+    "core": ("confluent_kafka", "sinks", "sources", "dedup.cli", "dedup.local"),
+    "sinks": ("sources", "dedup.cli", "dedup.local"),
+    "sources": ("sinks", "dedup.cli", "dedup.local"),
+}
+
+
+def _layer(path: Path, root: Path) -> str | None:
+    parts = path.relative_to(root).parts
+    if parts[0] == "dedup":
+        return None if parts[1] in ("cli", "local") else "core"
+    return parts[0] if parts[0] in ("sinks", "sources") else None
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def _violations(root: Path = ROOT) -> list[str]:
+    out = []
+    for package in ("dedup", "sinks", "sources"):
+        for path in sorted((root / package).rglob("*.py")):
+            layer = _layer(path, root)
+            if layer is None:
+                continue
+            for line, module in _imports(path):
+                for banned in FORBIDDEN[layer]:
+                    if module == banned or module.startswith(banned + "."):
+                        out.append(f"{path.relative_to(root)}:{line}: {layer} imports {module}")
+    return out
+
+
+def test_dependencies_point_one_way() -> None:
+    violations = _violations()
+    assert not violations, "layering broken:\n" + "\n".join(violations)
+
+
+@pytest.mark.parametrize("module", ["confluent_kafka", "sinks.config", "dedup.cli.run"])
+def test_the_rule_sees_a_forbidden_import(tmp_path: Path, module: str) -> None:
+    """The check itself can fail: a core module importing ``module`` is reported."""
+    (tmp_path / "dedup" / "cli").mkdir(parents=True)
+    (tmp_path / "dedup" / "probe.py").write_text(f"def f() -> None:\n    import {module}\n")
+    (tmp_path / "dedup" / "cli" / "ok.py").write_text(f"import {module}\n")
+    assert _violations(tmp_path) == [f"dedup/probe.py:2: core imports {module}"]
