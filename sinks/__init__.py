@@ -38,6 +38,7 @@ from sinks.exceptions import (
     UnsafeSinkSettingError,
 )
 from sinks.foreach_batch import ExactlyOnceKafkaForeachBatch
+from sinks.timing import read_phase_timings
 from sinks.transactions import close_clients
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "check_transaction_timeout",
     "close_clients",
     "list_transactions",
+    "read_phase_timings",
     "register",
     "release_when_stopped",
 ]

@@ -133,6 +133,11 @@ class SinkConfig:
         (:class:`~sinks.OutputNameInUseError`) until it lapses this long
         (Redis's clock) after the holder's last write, or the holder's query
         terminates. 0 turns it off (only for queries that are one pipeline).
+    timings_path:
+        Option ``timings.path``: a file on the driver's machine to which each
+        committed batch appends the phase timings of its partition writes
+        (JSON lines, :func:`sinks.read_phase_timings`); for profiling. Unset:
+        nothing is written.
     """
 
     app_id: str
@@ -149,6 +154,7 @@ class SinkConfig:
     failpoint_dir: str | None = None
     output_name: str = ""
     lease_ms: int = DEFAULT_LEASE_MS
+    timings_path: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -289,4 +295,5 @@ class SinkConfig:
             failpoint_dir=opts.get("failpoint.dir") or None,
             output_name=str(opts.get("output.name") or "").strip(),
             lease_ms=_int(opts, "lease.ms", DEFAULT_LEASE_MS),
+            timings_path=opts.get("timings.path") or None,
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark import TaskContext
@@ -34,6 +34,7 @@ from sinks.checkpoint import CheckpointStore
 from sinks.config import DATA_SOURCE_NAME, SinkConfig
 from sinks.exceptions import SinkError
 from sinks.records import InputLayout, check_schema
+from sinks.timing import append_phase_timings
 from sinks.writer import write_batches
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class SinkCommitMessage(WriterCommitMessage):
     skipped: bool
     replayed: bool
     attempts: int
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def task_identity() -> tuple[str, int, int, int]:
@@ -102,7 +104,7 @@ class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter
         result = write_batches(self.config, self.layout, self.columns, iterator, query_id,
                                batch, partition, attempt)
         return SinkCommitMessage(query_id, batch, partition, result.produced, result.skipped,
-                                 result.replayed, result.attempts)
+                                 result.replayed, result.attempts, result.phases)
 
     def commit(self, messages: list[WriterCommitMessage | None],  # type: ignore[override]
                batchId: int) -> None:
@@ -111,6 +113,10 @@ class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter
         Batch ``batchId`` has started, so every older batch is in Spark's commit
         log (invariant 7); ``batchId`` itself may still be replayed.
         """
+        if self.config.timings_path:
+            append_phase_timings(self.config.timings_path, [
+                (m.batch, m.partition, m.phases) for m in messages
+                if isinstance(m, SinkCommitMessage) and m.phases])
         if not self.config.strong_productions:
             return
         query_ids = {m.query_id for m in messages if isinstance(m, SinkCommitMessage)}

@@ -14,6 +14,7 @@ Spark passes to the callable.
 
 from __future__ import annotations
 
+import json
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -24,6 +25,7 @@ from sinks.checkpoint import CheckpointStore, release_on_stop
 from sinks.config import SinkConfig
 from sinks.exceptions import OutputNameInUseError, SinkConfigError
 from sinks.records import check_schema
+from sinks.timing import append_phase_timings
 
 # (app_id, output.name) -> the first sink instance of this process that wrote it.
 # Two sinks of one pair would share transactional ids, markers and checkpoints:
@@ -153,10 +155,14 @@ class ExactlyOnceKafkaForeachBatch:
             assert context is not None
             result = write_batches(config, layout, columns, batches, query_id, batch,
                                    context.partitionId(), context.attemptNumber())
-            yield pa.RecordBatch.from_pydict({"produced": pa.array([result.produced],
-                                                                   pa.int64())})
+            yield pa.RecordBatch.from_pydict({
+                "partition": pa.array([context.partitionId()], pa.int64()),
+                "produced": pa.array([result.produced], pa.int64()),
+                "phases": pa.array([json.dumps(result.phases)], pa.string())})
 
-        df.mapInArrow(write, "produced long").collect()
+        written = df.mapInArrow(write, "partition long, produced long, phases string").collect()
+        append_phase_timings(config.timings_path, [
+            (batch, row["partition"], json.loads(row["phases"])) for row in written])
         if config.strong_productions:
             assert config.redis is not None
             CheckpointStore.for_config(config).collect_garbage(query_id, batch)

@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -58,6 +58,7 @@ from sinks.exceptions import (
     TransactionFailedError,
 )
 from sinks.records import OutRecord
+from sinks.timing import PhaseClock
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class PartitionResult:
     skipped: bool
     replayed: bool
     attempts: int
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds per phase of the write (:mod:`sinks.timing`)."""
 
 
 def close_clients() -> None:
@@ -291,19 +294,23 @@ def _commit(producer: Producer, what: str) -> None:
 
 
 def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch: int,
-             partition: int, attempt: int) -> tuple[bool, int]:
+             partition: int, attempt: int, clock: PhaseClock) -> tuple[bool, int]:
     """One transaction; returns ``(skipped, produced)``. Raises _Abortable / _Fenced."""
     what = f"sink batch {batch} partition {partition} ({config.transactional_id(partition)})"
-    producer, fresh = get_producer(config, partition)
+    with clock("producer"):
+        producer, fresh = get_producer(config, partition)
     try:
-        marker_qid, next_batch = read_marker(
-            config, partition, patience=None if fresh else STALE_PRODUCER_PATIENCE_S)
+        with clock("marker"):
+            marker_qid, next_batch = read_marker(
+                config, partition, patience=None if fresh else STALE_PRODUCER_PATIENCE_S)
     except MarkerPendingError:
         # Another writer's open transaction holds the marker; only a new
         # producer's init_transactions() aborts it.
         drop_producer(config.transactional_id(partition))
-        producer, _ = get_producer(config, partition)
-        marker_qid, next_batch = read_marker(config, partition)
+        with clock("producer"):
+            producer, _ = get_producer(config, partition)
+        with clock("marker"):
+            marker_qid, next_batch = read_marker(config, partition)
     if marker_qid == query_id and next_batch > batch + 1:
         # Spark re-runs at most its last batch (whose Kafka commit may have
         # preceded Spark's own commit); batch + 1 is started only after batch
@@ -317,33 +324,41 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
     store = (CheckpointStore.for_config(config)
              if config.strong_productions and config.redis is not None else None)
     # Not the usual "previous batch done": Kafka's marker may have expired.
-    if (store is not None and not (marker_qid == query_id and next_batch == batch)
-            and _committed_per_redis(store, query_id, batch, partition, config, records,
-                                     marker_qid)):
-        return True, 0
+    if store is not None and not (marker_qid == query_id and next_batch == batch):
+        with clock("marker_copy"):
+            done = _committed_per_redis(store, query_id, batch, partition, config, records,
+                                        marker_qid)
+        if done:
+            return True, 0
     if store is not None and config.lease_ms:
         # After get_producer: a query that takes the lease over later must
         # init_transactions after it, which fences this producer, so a write
         # checked here cannot commit after a takeover.
-        store.take_lease(query_id, config.lease_ms)
+        with clock("lease"):
+            store.take_lease(query_id, config.lease_ms)
     try:
-        producer.begin_transaction()
+        with clock("begin"):
+            producer.begin_transaction()
+            group = _marker_consumer(config, partition).consumer_group_metadata()
         # The marker first: a fenced (stale cached) producer fails here, before
         # any record is produced.
-        group = _marker_consumer(config, partition).consumer_group_metadata()
         marker = [TopicPartition(config.marker_topic, 0, batch + 1, metadata=query_id)]
-        call_with_deadline(
-            lambda: producer.send_offsets_to_transaction(marker, group, OFFSETS_TIMEOUT_S),
-            OFFSETS_TIMEOUT_S + STUCK_GRACE_S, f"send_offsets_to_transaction of {what}")
-        _produce_all(producer, records, config, batch, partition, attempt)
+        with clock("send_offsets"):
+            call_with_deadline(
+                lambda: producer.send_offsets_to_transaction(marker, group, OFFSETS_TIMEOUT_S),
+                OFFSETS_TIMEOUT_S + STUCK_GRACE_S, f"send_offsets_to_transaction of {what}")
+        with clock("produce"):
+            _produce_all(producer, records, config, batch, partition, attempt)
         fail_point("sink.before_commit", config.failpoint_dir,
                    before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
                    partition=partition, attempt=attempt)
         if store is not None:
-            store.record_intent(query_id, batch, partition)
-        _commit(producer, what)
-        if store is not None:
-            store.record_committed(query_id, batch, partition)
+            with clock("intent"):
+                store.record_intent(query_id, batch, partition)
+        with clock("commit"):
+            _commit(producer, what)
+            if store is not None:
+                store.record_committed(query_id, batch, partition)
     except KafkaException as exc:
         error: KafkaError = exc.args[0]
         if _is_fenced(error):
@@ -489,7 +504,8 @@ def _ids_found(consumer: Consumer, topic: str, ids: set[bytes], since_ms: int) -
 
 
 def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
-                    batch: int, partition: int, replayed: bool = False) -> PartitionResult:
+                    batch: int, partition: int, replayed: bool = False,
+                    clock: PhaseClock | None = None) -> PartitionResult:
     """Commit ``records`` as batch ``batch`` of ``partition`` exactly once.
 
     Safe to repeat with the same arguments (a repeat after success is a
@@ -498,18 +514,21 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
     ``read_committed`` readers.
     """
     txn_id = config.transactional_id(partition)
+    clock = clock or PhaseClock()
     if not records:
         # Nothing to make visible, and nothing a retry could emit twice.
         fail_point("sink.after_commit", config.failpoint_dir, batch=batch, partition=partition,
                    attempt=0)
-        return PartitionResult(partition, batch, 0, False, replayed, 0)
+        return PartitionResult(partition, batch, 0, False, replayed, 0, clock.finish())
     redo_after_fence = True
     attempt = 0
     while True:
         attempt += 1
         try:
-            skipped, produced = _attempt(config, records, query_id, batch, partition, attempt)
-            result = PartitionResult(partition, batch, produced, skipped, replayed, attempt)
+            skipped, produced = _attempt(config, records, query_id, batch, partition, attempt,
+                                         clock)
+            result = PartitionResult(partition, batch, produced, skipped, replayed, attempt,
+                                     clock.finish())
             break
         except _Abortable as exc:
             producer = _PRODUCERS.get(txn_id)

@@ -16,6 +16,7 @@ from sinks.checkpoint import CheckpointStore, decode_batches, encode_batches
 from sinks.config import SinkConfig
 from sinks.exceptions import CheckpointSchemaError, OutputNameInUseError
 from sinks.records import InputLayout, iter_rows_as_batches, to_records
+from sinks.timing import PhaseClock
 from sinks.transactions import PartitionResult, write_partition
 
 
@@ -83,6 +84,7 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     and means the Spark task must be retried.
     """
     keep_static_archive_caches()  # per-task overhead of the worker, see the module
+    clock = PhaseClock()
     arrow = list(_as_arrow(batches, columns))
     replayed = won = False
     store: CheckpointStore | None = None
@@ -91,7 +93,9 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
         store = CheckpointStore.for_config(config)
         # The checkpoint is the Arrow input as received (cheap: no per-row
         # work); the Kafka records derive from it deterministically.
-        stored, won = store.put_if_absent(query_id, batch, partition, encode_batches(arrow))
+        with clock("checkpoint"):
+            stored, won = store.put_if_absent(query_id, batch, partition,
+                                              encode_batches(arrow))
         # A checkpoint left under this key by an earlier life of a reused
         # query_id (foreachBatch option) is never emitted: such leftovers are of
         # the old life's last batch or two (GC removed older ones), so that
@@ -104,12 +108,13 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
             old = decode_batches(stored)
             check_replay_schema(old, arrow, columns, batch, partition)
             arrow, replayed = old, True
-    records, dead = to_records(arrow, config, layout, batch, partition)
+    with clock("convert"):
+        records, dead = to_records(arrow, config, layout, batch, partition)
     fail_point("sink.after_checkpoint", config.failpoint_dir, batch=batch,
                partition=partition, attempt=attempt)
     try:
         return write_partition(config, records + dead, query_id, batch, partition,
-                               replayed=replayed)
+                               replayed=replayed, clock=clock)
     except OutputNameInUseError:
         if store is not None and won:
             # Refused before anything was produced: this query must not come back

@@ -10,7 +10,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from dedup.failpoints import arm, fired
-from sinks import ExactlyOnceKafkaForeachBatch
+from sinks import ExactlyOnceKafkaForeachBatch, read_phase_timings
 from tests.integration.sinks.pipeline import (
     Topics,
     build_stream,
@@ -31,7 +31,8 @@ def test_foreach_batch_sink_is_exact_after_a_kill(spark: Any, kafka_bootstrap: s
     arm(faults, "sink.mid_produce", "kill", match={"batch": 1, "partition": 1})
     topics, expected = fill_input(kafka_bootstrap, app_id)
     sink = ExactlyOnceKafkaForeachBatch(
-        sink_options(kafka_bootstrap, topics, app_id, redis_url, faults))
+        {**sink_options(kafka_bootstrap, topics, app_id, redis_url, faults),
+         "timings.path": str(tmp_path / "timings.jsonl")})
     df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_url)
     query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", tmp_checkpoint)
              .trigger(availableNow=True).start())
@@ -46,6 +47,9 @@ def test_foreach_batch_sink_is_exact_after_a_kill(spark: Any, kafka_bootstrap: s
     assert (report.lost, report.duplicated) == (0, 0), report.summary()
     assert report.ok, report.summary()
     assert len(read_output(kafka_bootstrap, topics.out, "read_uncommitted")) > report.observed
+    # The partition writes' phases reach the driver through the collected result.
+    timings = read_phase_timings(tmp_path / "timings.jsonl")
+    assert any("produce" in t and t["batch"] == 1 for t in timings)
 
 
 def _run_foreach(df: Any, sink: Any, checkpoint: str) -> Any:

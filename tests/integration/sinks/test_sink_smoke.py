@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +21,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka, pyt
 
 
 def test_failure_free_run_is_exact(spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
-                                   tmp_checkpoint: str) -> None:
+                                   tmp_checkpoint: str, tmp_path: Path) -> None:
     sinks.register(spark)
+    timings = tmp_path / "timings.jsonl"
     topics, expected = fill_input(kafka_bootstrap, app_id)
     df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_url)
-    run_to_end(df, sink_options(kafka_bootstrap, topics, app_id, redis_url), tmp_checkpoint)
+    options = {**sink_options(kafka_bootstrap, topics, app_id, redis_url),
+               "timings.path": str(timings)}
+    run_to_end(df, options, tmp_checkpoint)
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert report.ok, report.summary()
     assert report.observed == len(expected)
@@ -36,3 +40,9 @@ def test_failure_free_run_is_exact(spark: Any, kafka_bootstrap: str, redis_url: 
     keys = list(client.scan_iter(f"dedup:{{{app_id}:p*}}:sink:ckpt:*"))
     batches = {k.decode().rsplit(":", 1)[1] for k in keys}
     assert len(batches) <= 1, f"checkpoints of committed batches were not collected: {batches}"
+    # Every partition write that produced reached the driver with its phases.
+    timed = [t for t in sinks.read_phase_timings(timings) if "produce" in t]
+    assert timed, "no phase timings reached the driver"
+    for phases in timed:
+        assert {"checkpoint", "producer", "marker", "send_offsets", "commit"} <= set(phases)
+        assert phases["total"] >= phases["produce"] + phases["commit"]
