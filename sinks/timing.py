@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-PHASES = ("checkpoint", "convert", "producer", "marker", "marker_copy", "lease", "begin",
+PHASES = ("input", "checkpoint", "convert", "producer", "marker", "marker_copy", "lease", "begin",
           "send_offsets", "produce", "intent", "commit", "total")
 """Phase names, in the order a write goes through them (``total`` is the whole write)."""
 

@@ -83,9 +83,10 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     repeat; a failure leaves nothing visible to ``read_committed`` readers
     and means the Spark task must be retried.
     """
-    keep_static_archive_caches()  # per-task overhead of the worker, see the module
     clock = PhaseClock()
-    arrow = list(_as_arrow(batches, columns))
+    with clock("input"):
+        keep_static_archive_caches()  # per-task overhead of the worker, see the module
+        arrow = list(_as_arrow(batches, columns))
     replayed = won = False
     store: CheckpointStore | None = None
     if config.strong_productions:
