@@ -15,6 +15,8 @@ Spark pickles these classes by reference, so they live in this installed module.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,14 +80,39 @@ class ExactlyOnceKafkaDataSource(DataSource):
         return DATA_SOURCE_NAME
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """Validate options, schema and broker limits once (driver side), build the writer."""
+        """Validate options and schema, and (at most every :data:`START_CHECK_TTL_S` per
+        process) the broker limits, marker topic and Redis persistence; build the writer."""
         config = SinkConfig.from_options(self.options)
         layout = check_schema(schema, config)
-        prepare(config)
-        if config.strong_productions:
-            assert config.redis is not None
-            CheckpointStore.for_config(config).check_persistence()
+        _start_checks(config, self.options)
         return ExactlyOnceKafkaStreamWriter(config, layout, [f.name for f in schema.fields])
+
+
+START_CHECK_TTL_S = 300.0
+"""How long a process trusts the start checks it ran for one set of options."""
+_CHECKED: dict[tuple[tuple[str, str], ...], float] = {}
+_CHECKED_LOCK = threading.Lock()
+
+
+def _start_checks(config: SinkConfig, options: Mapping[str, Any]) -> None:
+    # Spark asks for the writer in a (reused) planner process before every
+    # micro-batch and again in the process that commits it: running the
+    # admin and Redis round trips each time cost about 0.25 s per batch. The
+    # checks are start checks; what they guard is enforced again where it
+    # matters (a producer whose transaction timeout the broker no longer
+    # accepts fails init_transactions; a missing marker topic fails the write).
+    key = tuple(sorted((str(k).lower(), str(v)) for k, v in options.items()))
+    now = time.monotonic()
+    with _CHECKED_LOCK:
+        checked = _CHECKED.get(key)
+    if checked is not None and now - checked < START_CHECK_TTL_S:
+        return
+    prepare(config)
+    if config.strong_productions:
+        assert config.redis is not None
+        CheckpointStore.for_config(config).check_persistence()
+    with _CHECKED_LOCK:
+        _CHECKED[key] = now
 
 
 class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
