@@ -202,3 +202,24 @@ def test_a_record_the_broker_rejects_fails_the_whole_partition(
     ensure_topic(kafka_bootstrap, good.topic or "", 1)
     result = write_partition(good, _records(good.topic or "", 0), "query-a", 0, 0)
     assert (result.produced, result.skipped) == (20, False)
+
+
+def test_a_fenced_cached_producer_is_replaced_quietly(kafka_bootstrap: str, app_id: str,
+                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    """Spark moves partitions between Python workers, so a cached producer fenced by a
+    newer one elsewhere is normal operation: it is replaced without librdkafka's
+    FATAL lines reaching the user's console."""
+    topic = f"{app_id}-out"
+    config = _config(kafka_bootstrap, app_id, topic)
+    write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    # Another Python worker takes partition 0 over and writes batch 1.
+    other = Producer(config.producer_settings(0))
+    other.init_transactions(30)
+    capfd.readouterr()
+    # Batch 2 lands back on this worker, whose cached producer is now fenced.
+    result = write_partition(config, _records(topic, 2), "query-a", 2, 0)
+    assert (result.produced, result.skipped) == (20, False)
+    console = capfd.readouterr().err
+    assert "FATAL" not in console, console
+    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(
+        [f"id-0-{i}" for i in range(20)] + [f"id-2-{i}" for i in range(20)])
