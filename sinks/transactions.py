@@ -62,6 +62,27 @@ from sinks.timing import PhaseClock
 
 log = logging.getLogger(__name__)
 
+
+class _FenceIsRoutine(logging.Filter):
+    """Demote librdkafka's report of a fenced producer to DEBUG.
+
+    Spark moves sink partitions between Python workers, and each worker's
+    cached producer of a partition is fenced by the next worker's
+    ``init_transactions()``: normal operation, which librdkafka reports as a
+    FATAL transaction error. The sink replaces the producer and says so in
+    its own error if the fence was not routine.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "fenced by a newer instance" in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+CLIENT_LOG = logging.getLogger("sinks.librdkafka")
+"""Where the sink's producers log (librdkafka's own lines, by default on stderr)."""
+CLIENT_LOG.addFilter(_FenceIsRoutine())
+
 _PRODUCERS: dict[str, Producer] = {}
 _CONSUMERS: dict[str, Consumer] = {}
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
@@ -123,7 +144,7 @@ def get_producer(config: SinkConfig, partition: int) -> tuple[Producer, bool]:
     producer = _PRODUCERS.get(txn_id)
     if producer is not None:
         return producer, False
-    producer = Producer(config.producer_settings(partition))
+    producer = Producer({**config.producer_settings(partition), "logger": CLIENT_LOG})
     try:
         # One metadata round trip first: librdkafka sends its first coordinator
         # query on the bootstrap connection, which it drops once metadata names
