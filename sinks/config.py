@@ -241,6 +241,12 @@ class SinkConfig:
         """The full producer config of ``partition`` (contains secrets: never log it)."""
         return {
             "linger.ms": 5,
+            # librdkafka's default of 100 ms also delays the first connection to
+            # each broker the bootstrap metadata names: a new producer (one per
+            # partition and Python worker) then spends ~55 ms before its first
+            # request, against ~15 ms with 10 ms (measured). Reconnects after a
+            # failure still back off exponentially up to reconnect.backoff.max.ms.
+            "reconnect.backoff.ms": 10,
             **dict(self.producer_config),
             "bootstrap.servers": self.bootstrap_servers,
             "transactional.id": self.transactional_id(partition),

@@ -47,6 +47,10 @@ def test_options_parse_like_spark_kafka_sink() -> None:
     assert cfg.marker_group(3) == "app-1.sink.p3"
     settings = cfg.producer_settings(3)
     assert settings["transactional.id"] == "app-1.p3" and settings["enable.idempotence"]
+    # A fast first connection by default (new producers are frequent); the user's wins.
+    assert settings["reconnect.backoff.ms"] == 10
+    assert config(**{"kafka.reconnect.backoff.ms": "50"}).producer_settings(0)[
+        "reconnect.backoff.ms"] == "50"
 
 
 def test_secrets_never_in_repr() -> None:
