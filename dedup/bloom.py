@@ -6,8 +6,8 @@ capacity and error rate (``k`` slices of ``m`` bits) and holds its bits. It
 carries the tag ``(epoch, version)`` of the shard state it reflects: it holds
 every ID the shard claimed up to that version. The tag is sent with each
 claim; Redis trusts the filter's negatives only when the tag is current
-(invariant 3), and a hit never decides a duplicate, it only sends the ID to
-Redis (invariant 2).
+(docs/design.md, invariant 3), and a hit never decides a duplicate, it only
+sends the ID to Redis (invariant 2).
 
 Bit positions come from Python's own string hash (SipHash, computed in C and
 cached on the string) by double hashing: slice ``i`` gets bit

@@ -470,7 +470,8 @@ class RedisCatalog:
     def collect_garbage(self, query_id: str, before_batch: int) -> int:
         """Delete decisions of ``query_id`` for batches ``< before_batch``, all shards.
 
-        Safe to repeat. Call only with a batch Spark has committed (invariant 7).
+        Safe to repeat. Call only with a batch Spark has committed
+        (docs/design.md, invariant 7).
         """
         client, scripts = client_and_scripts(self.config.redis)
         with redis_errors(self.config.redis, "garbage collection"):

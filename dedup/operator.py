@@ -260,8 +260,8 @@ class Deduplicator:
     def collect_garbage(self, query_id: str, committed_batch_id: int) -> int:
         """Delete decisions of ``query_id`` for batches before ``committed_batch_id``.
 
-        Call only with a batch id in Spark's commit log (invariant 7); safe to
-        repeat. Returns the number of decisions deleted.
+        Call only with a batch id in Spark's commit log (docs/design.md,
+        invariant 7); safe to repeat. Returns the number of decisions deleted.
         """
         return self.catalog.collect_garbage(query_id, committed_batch_id)
 

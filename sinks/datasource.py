@@ -138,7 +138,8 @@ class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter
         """Batch ``batchId`` is complete; garbage-collect checkpoints of older batches.
 
         Batch ``batchId`` has started, so every older batch is in Spark's commit
-        log (invariant 7); ``batchId`` itself may still be replayed.
+        log (docs/design.md, invariant 7); ``batchId`` itself may still be
+        replayed.
         """
         if self.config.timings_path:
             append_phase_timings(self.config.timings_path, [

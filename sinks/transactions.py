@@ -1,4 +1,6 @@
-"""One partition of one micro-batch, written to Kafka at most once (invariant 6).
+"""One partition of one micro-batch, written to Kafka at most once.
+
+``docs/design.md``, invariant 6.
 
 Per (app, partition) there is one transactional producer, ``transactional.id
 = <app_id>.p<partition>``, kept per Python worker process across batches.

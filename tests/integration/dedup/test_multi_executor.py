@@ -2,7 +2,8 @@
 
 Each executor keeps its own Bloom filters; shards move between executors from
 batch to batch, so a filter is regularly behind the shard version and must
-not be trusted (invariant 3). Runs in a subprocess: one SparkContext per process.
+not be trusted (docs/design.md, invariant 3). Runs in a subprocess: one SparkContext
+per process.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def test_batch_dataframe_dups_within_batch_and_replay(spark: Any, redis_url: str
     assert metrics is not None and metrics.records_in == 400
     assert metrics.kept == len(first) and metrics.duplicates_in_batch == 400 - len(first)
     # Re-executing the same DataFrame replays the recorded decisions: its own
-    # claims are not mistaken for duplicates (invariant 4).
+    # claims are not mistaken for duplicates (docs/design.md, invariant 4).
     again = [(r["_record_id"], r["v"]) for r in out.collect()]
     assert sorted(again) == sorted(first)
     # A new DataFrame over the same IDs is a different run: all duplicates now.
