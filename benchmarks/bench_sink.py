@@ -75,8 +75,8 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
     else:
         writer = (writer.format("exactly_once_kafka")
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
-                  .option("app_id", f"bench-{variant}-{tag}").option("redis.url", redis_url)
-                  .option("strong_productions", str(variant == "eos_strong").lower()))
+                  .option("app.id", f"bench-{variant}-{tag}").option("redis.url", redis_url)
+                  .option("strong.productions", str(variant == "eos_strong").lower()))
     start = time.perf_counter()
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination()

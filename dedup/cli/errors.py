@@ -147,13 +147,13 @@ PIPELINE_KEYS: dict[str, str] = {
         'dedup.invalid_ids = "dead_letter" in the pipeline file',
     "RedisConfig(require_persistence=False)":
         "redis.require_persistence = false in the pipeline file",
-    "option redis.require_persistence=false":
+    "option redis.require.persistence=false":
         "redis.require_persistence = false in the pipeline file",
     "set RedisConfig(wait_replicas=N)": "set redis.wait_replicas = N in the pipeline file",
     "option redis.url": "redis.url in the pipeline file (or --redis-url)",
     "option topic": "sink.topic in the pipeline file",
-    "option dead_letter_topic":
-        'sink.options."dead_letter_topic" in the pipeline file',
+    "option dead.letter.topic":
+        'sink.options."dead.letter.topic" in the pipeline file',
     "Lower kafka.transaction.timeout.ms":
         'Lower sink.options."kafka.transaction.timeout.ms" in the pipeline file',
     "Raise kafka.transaction.timeout.ms":

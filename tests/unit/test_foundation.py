@@ -92,7 +92,7 @@ def test_the_old_fail_point_variable_still_works_and_warns(monkeypatch: pytest.M
         fail_point("sink.before_commit", None, batch=1)
     monkeypatch.setenv("DEDUP_FAIL_POINT_DIR", str(tmp_path / "other"))
     with (pytest.warns(DeprecationWarning),
-          pytest.raises(ConfigError, match="DEDUP_FAILPOINT_DIR.*DEDUP_FAIL_POINT_DIR")):
+          pytest.raises(ConfigError, match=r"DEDUP_FAILPOINT_DIR.*DEDUP_FAIL_POINT_DIR")):
         fail_point("sink.before_commit", None, batch=1)
 
 
