@@ -139,7 +139,7 @@ def exception_texts(exc: BaseException, limit: int = 20) -> list[str]:
 
 # Phrases of the core's and the sinks' messages -> what to write in the pipeline
 # file instead. The sink's options that have no key of their own go under
-# [sink.options] (quoted, as TOML needs for dotted names).
+# [sink.options] (by their dotted names, quoted or not).
 PIPELINE_KEYS: dict[str, str] = {
     "DedupConfig(allow_shared_app_id=True)":
         "dedup.allow_shared_app_id = true in the pipeline file",
