@@ -108,9 +108,9 @@ def dedup_config(pipeline: PipelineFile, redis_url: str,
 def source_frame(spark: SparkSession, pipeline: PipelineFile, addresses: Addresses,
                  ) -> DataFrame:
     """The source DataFrame with the ``_record_id`` column of ``[ids]``."""
+    from dedup.ids import with_record_id
     from sources.files import read_files
     from sources.kafka import read_kafka
-    from sources.record_ids import attach_record_id
     from sources.synthetic import synthetic_stream
     from sources.synthetic_rows import SyntheticOptions
 
@@ -120,14 +120,16 @@ def source_frame(spark: SparkSession, pipeline: PipelineFile, addresses: Address
     if kind == "synthetic":
         options = SyntheticOptions(**{key: src[key] for key in SYNTHETIC_KEYS})
         frame = synthetic_stream(spark, options)
-        return attach_record_id(frame, ids["strategy"] or "column",
-                                column=ids["column"] or "event_id", columns=ids["columns"])
+        if ids["strategy"] == "none":
+            return frame
+        return with_record_id(frame, ids["strategy"] or "column", columns=ids["columns"],
+                              column=ids["column"] or "event_id", header=ids["header"])
     if kind == "kafka":
         if not src["topics"]:
             raise ConfigError("source.topics is required for source.type = \"kafka\"")
         return read_kafka(
             spark, addresses.source_bootstrap, src["topics"],
-            id_strategy=ids["strategy"] or "coordinates", key_column=ids["column"] or None,
+            id_strategy=ids["strategy"] or "kafka", key_column=ids["column"] or None,
             columns=ids["columns"] or None, header=ids["header"],
             starting_offsets=src["starting_offsets"],
             max_offsets_per_trigger=src["max_offsets_per_trigger"] or None,
@@ -136,7 +138,7 @@ def source_frame(spark: SparkSession, pipeline: PipelineFile, addresses: Address
         raise ConfigError("source.path and source.schema are required for source.type = "
                           "\"files\"")
     return read_files(spark, src["path"], format=src["format"], schema=src["schema"],
-                      id_strategy=ids["strategy"] or "columns",
+                      id_strategy=ids["strategy"] or "hash",
                       key_column=ids["column"] or None, columns=ids["columns"] or None,
                       max_files_per_trigger=src["max_files_per_trigger"] or None)
 

@@ -29,7 +29,7 @@ class _Frame:
 
 def test_one_set_of_names() -> None:
     assert STRATEGIES == ("column", "hash", "kafka", "key", "header")
-    assert sources.ID_STRATEGIES == (*STRATEGIES, "none")
+    assert (*STRATEGIES, "none") == sources.ID_STRATEGIES
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert [strategy_name(name) for name in STRATEGIES] == list(STRATEGIES)
@@ -44,7 +44,7 @@ def test_old_names_still_work_and_warn_once(old: str, new: str) -> None:
 
 
 def test_unknown_name_lists_the_names() -> None:
-    with pytest.raises(ConfigError, match="unknown record id strategy 'uuid'.*column.*header"):
+    with pytest.raises(ConfigError, match=r"unknown record id strategy 'uuid'.*column.*header"):
         strategy_name("uuid")
     with pytest.raises(SourceConfigError, match="unknown record id strategy 'uuid'"):
         read_kafka(_NoSpark(), "127.0.0.1:9092", "t", id_strategy="uuid")  # type: ignore[arg-type]
