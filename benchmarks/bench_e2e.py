@@ -11,7 +11,7 @@ topic, run with ``availableNow``:
   (at-least-once: the duplicates go through, and a retry can add more);
 * ``eos_strong``: source -> record ID (the key) -> :func:`dedup.deduplicate`
   -> our ``exactly_once_kafka`` sink with strong productions;
-* ``eos_weak``: the same with ``strong_productions=false``;
+* ``eos_weak``: the same with ``strong.productions=false``;
 * ``dedup_spark_sink``: dedup, then Spark's Kafka sink -- splits the cost of
   the exactly-once path between the operator and our sink.
 
@@ -120,8 +120,8 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
         writer = (df.select("key", "value", "_record_id").writeStream
                   .format("exactly_once_kafka")
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
-                  .option("app_id", app_id).option("redis.url", redis_url)
-                  .option("strong_productions", str(variant == "eos_strong").lower()))
+                  .option("app.id", app_id).option("redis.url", redis_url)
+                  .option("strong.productions", str(variant == "eos_strong").lower()))
     writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
     seconds, query = run_to_end(writer)
     batches = streaming_batches(query)

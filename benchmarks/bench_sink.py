@@ -7,7 +7,7 @@ differs. Variants, run alternately so drift hits all of them alike:
 * ``spark_kafka_sink``: ``format("kafka")`` (at-least-once);
 * ``eos_strong``: ``format("exactly_once_kafka")`` with strong productions
   (rows checkpointed in Redis before the transaction) -- the default;
-* ``eos_weak``: the same with ``strong_productions=false``.
+* ``eos_weak``: the same with ``strong.productions=false``.
 
 Writes ``benchmarks/results/sink.json`` and merges
 ``eos_sink_over_spark_kafka_sink`` (strong / Spark, throughput ratio; > 1
@@ -75,8 +75,8 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
     else:
         writer = (writer.format("exactly_once_kafka")
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
-                  .option("app_id", f"bench-{variant}-{tag}").option("redis.url", redis_url)
-                  .option("strong_productions", str(variant == "eos_strong").lower()))
+                  .option("app.id", f"bench-{variant}-{tag}").option("redis.url", redis_url)
+                  .option("strong.productions", str(variant == "eos_strong").lower()))
     start = time.perf_counter()
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination()

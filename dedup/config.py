@@ -182,7 +182,7 @@ class InvalidIdPolicy(StrEnum):
     way until the input or the ID derivation is fixed)."""
     DEAD_LETTER = "dead_letter"
     """Pass it on unclaimed with a null ID (counted as ``invalid_ids``): the
-    exactly-once sink writes it to its ``dead_letter_topic`` in the batch's
+    exactly-once sink writes it to its ``dead.letter.topic`` in the batch's
     transaction."""
 
 
@@ -235,8 +235,9 @@ class RetentionConfig:
 class FailPointConfig:
     """Where armed fail-points are looked up (tests and the chaos runner only).
 
-    ``None`` (the default) turns fail-points off; a check is then one
-    attribute test. See :mod:`dedup.failpoints`.
+    ``directory`` is the fail-point folder (the sink's option ``fail.point.dir``);
+    ``None`` (the default) falls back to the ``DEDUP_FAIL_POINT_DIR`` environment
+    variable, and with neither fail-points are off. See :mod:`dedup.failpoints`.
     """
 
     directory: str | None = None

@@ -11,9 +11,11 @@ SIGSTOP to its own process (someone else must SIGCONT it: the pid is in the
 fired file). The fired file
 is the proof that the fault hit.
 
-The directory comes from :class:`dedup.config.FailPointConfig` or, failing
-that, from the ``DEDUP_FAILPOINT_DIR`` environment variable. When neither is
-set a check costs one attribute test.
+The folder comes from :class:`dedup.config.FailPointConfig` (the sink's option
+``fail.point.dir``) or, failing that, from the ``DEDUP_FAIL_POINT_DIR``
+environment variable (``DEDUP_FAILPOINT_DIR`` is its deprecated spelling, read
+for one more release). When neither is set a check costs one attribute test
+and one environment lookup.
 
 Names used by the toolkit:
 
@@ -39,11 +41,15 @@ import json
 import os
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dedup.exceptions import InjectedFault
+from dedup.exceptions import ConfigError, InjectedFault
+
+ENV_VAR = "DEDUP_FAIL_POINT_DIR"
+_OLD_ENV_VAR = "DEDUP_FAILPOINT_DIR"  # deprecated spelling, read for one more release
 
 KNOWN_FAIL_POINTS = (
     "dedup.after_claim",
@@ -55,15 +61,34 @@ KNOWN_FAIL_POINTS = (
 )
 
 
+def _folder(directory: str | None) -> str | None:
+    """``directory``, else the environment's fail-point folder (``None``: fail-points off)."""
+    if directory:
+        return directory
+    folder = os.environ.get(ENV_VAR)
+    old = os.environ.get(_OLD_ENV_VAR)
+    if old is None:
+        return folder
+    # stacklevel 4: the caller of fail_point / clock_offset
+    warnings.warn(f"environment variable {_OLD_ENV_VAR!r} is deprecated; use {ENV_VAR!r}",
+                  DeprecationWarning, stacklevel=4)
+    if folder is not None and folder != old:
+        raise ConfigError(f"environment variables {_OLD_ENV_VAR}={old!r} and {ENV_VAR}="
+                          f"{folder!r} name two fail-point folders: keep only {ENV_VAR}")
+    return old
+
+
 def fail_point(name: str, directory: str | None = None,
                before: Callable[[], object] | None = None, **context: Any) -> None:
     """Fire the fail-point ``name`` if it is armed and its match fits ``context``.
 
     ``before`` runs only when the point fires, before its action (e.g. a flush so
     that a reader sees what was produced up to the fault): an unarmed point
-    changes nothing in the caller.
+    changes nothing in the caller. Raises :class:`InjectedFault` when it fires
+    with action ``raise``, and :class:`ConfigError` when both environment
+    variables name different folders.
     """
-    folder = directory or os.environ.get("DEDUP_FAILPOINT_DIR")
+    folder = _folder(directory)
     if not folder:
         return
     armed = Path(folder) / f"{name}.armed"
@@ -101,7 +126,7 @@ def clock_offset(name: str, directory: str | None = None, **context: Any) -> flo
     batch ``from_batch`` of its spec on, for contexts that fit its ``match``;
     each use leaves a ``<name>.fired-...`` record with the context and offset.
     """
-    folder = directory or os.environ.get("DEDUP_FAILPOINT_DIR")
+    folder = _folder(directory)
     if not folder:
         return 0.0
     try:

@@ -1,6 +1,6 @@
 """Record IDs: the stable, unique key the dedup operator and the sink rely on.
 
-Three strategies, all computed with Spark's native expressions (no Python UDF):
+Five strategies, all computed with Spark's native expressions (no Python UDF):
 
 ``column``
     An ID the producer already put in the record (an event UUID). Catches
@@ -19,24 +19,73 @@ Three strategies, all computed with Spark's native expressions (no Python UDF):
     replays (Spark re-reading the same offsets after a failure or a restart
     from an older checkpoint) but NOT producer retries: a record a producer
     sent twice sits at two offsets and gets two IDs.
+``key``
+    The Kafka record key (the ``key`` column, as UTF-8 text). Right when
+    producers key each event by a unique event id.
+``header``
+    A Kafka header (the ``headers`` column), by default the one the
+    exactly-once sink writes (:data:`dedup.constants.RECORD_ID_HEADER`), so a
+    downstream pipeline dedups on the IDs of the upstream one.
+
+The sources' older names ``coordinates`` (``kafka``) and ``columns``
+(``hash``) are accepted for one more release, with a :class:`DeprecationWarning`.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dedup.constants import DEFAULT_ID_COLUMN
+from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
 from dedup.exceptions import ConfigError, RecordIdError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-Strategy = Literal["column", "hash", "kafka"]
-STRATEGIES: tuple[str, ...] = ("column", "hash", "kafka")
+Strategy = Literal["column", "hash", "kafka", "key", "header"]
+STRATEGIES: tuple[str, ...] = ("column", "hash", "kafka", "key", "header")
+DEPRECATED_STRATEGIES: dict[str, str] = {"coordinates": "kafka", "columns": "hash"}
+"""Old strategy name -> its name today (accepted for one more release)."""
+# Tags (see tag_record_id) an earlier release recorded for a strategy whose tag
+# is now another; recorded tags are compared in today's vocabulary.
+_OLD_TAGS: dict[str, str] = {"kafka-key": "key", **DEPRECATED_STRATEGIES}
 MAX_ID_LENGTH = 1024
 """Longest accepted record ID, in characters."""
 KAFKA_COORDINATE_COLUMNS = ("topic", "partition", "offset")
+
+
+def strategy_name(strategy: str, stacklevel: int = 1) -> str:
+    """The strategy's name today: an old name warns once and is mapped.
+
+    Pure; safe to repeat. ``stacklevel`` places the warning, counted from the
+    code calling this function (1: that line, 2: its caller).
+
+    Raises
+    ------
+    ConfigError
+        Unknown strategy (the message lists the names).
+    """
+    new = DEPRECATED_STRATEGIES.get(strategy)
+    if new is not None:
+        warnings.warn(f"record id strategy {strategy!r} is deprecated; use {new!r}",
+                      DeprecationWarning, stacklevel=stacklevel + 1)
+        return new
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown record id strategy {strategy!r}; use one of "
+                          f"{', '.join(STRATEGIES)}")
+    return strategy
+
+
+def canonical_tag(tag: str) -> str:
+    """A strategy tag (as recorded per app id) in today's vocabulary.
+
+    ``kafka-key`` (what the sources wrote for ``key``) becomes ``key``, an old
+    strategy name its new one (``columns:a,b`` -> ``hash:a,b``); the part after
+    ``:`` (column names, header name) is kept. Pure; safe to repeat.
+    """
+    head, sep, rest = tag.partition(":")
+    return _OLD_TAGS.get(head, head) + sep + rest
 
 
 def _missing(df: DataFrame, names: Sequence[str], what: str) -> None:
@@ -51,10 +100,11 @@ def _missing(df: DataFrame, names: Sequence[str], what: str) -> None:
 
 def with_record_id(
     df: DataFrame,
-    strategy: Strategy = "hash",
+    strategy: str = "hash",
     columns: Sequence[str] | None = None,
     column: str | None = None,
     output_column: str = DEFAULT_ID_COLUMN,
+    header: str = RECORD_ID_HEADER,
 ) -> DataFrame:
     """Add a record ID column (string, >= 128 bits for ``hash``) to ``df``.
 
@@ -70,41 +120,50 @@ def with_record_id(
         producer retries and source replays if the producer reuses its IDs.
         ``"hash"``: first 32 hex digits (128 bits) of SHA-256 over
         ``to_json(struct(columns))`` (all columns but ``output_column`` when
-        ``columns`` is None). Catches byte-identical duplicates, whatever
-        their cause; merges different records with identical content; misses
-        resends whose content changed.
+        ``columns`` is None or empty). Catches byte-identical duplicates,
+        whatever their cause; merges different records with identical
+        content; misses resends whose content changed.
         ``"kafka"``: ``topic/partition/offset`` of the Kafka source. Catches
         source replays only, never producer retries (a retried send lands at
         a new offset).
+        ``"key"``: the ``key`` column as text (Kafka's record key).
+        ``"header"``: the first header named ``header`` of the ``headers``
+        column (Kafka's ``array<struct<key, value>>``); a record without it
+        gets a null ID, which the operator rejects rather than dropping it.
+        The old names ``"coordinates"`` and ``"columns"`` work for one more
+        release, with a :class:`DeprecationWarning`.
     columns:
         Columns hashed by ``"hash"``.
     column:
         Existing ID column for ``"column"``.
     output_column:
         Name of the ID column written (replaced if present).
+    header:
+        Header name for ``"header"``.
 
     Returns
     -------
     DataFrame
-        ``df`` plus ``output_column``. Nulls and malformed IDs of the
-        ``column`` strategy are rejected later by the operator, per batch,
-        with a :class:`~dedup.exceptions.RecordIdError`.
+        ``df`` plus ``output_column``. Nulls and malformed IDs are rejected
+        later by the operator, per batch, with a
+        :class:`~dedup.exceptions.RecordIdError`.
 
     Raises
     ------
     ConfigError
         Unknown strategy or missing argument.
     RecordIdError
-        A named column does not exist (the message lists the available ones).
+        A needed column does not exist (the message lists the available ones).
     """
     from pyspark.sql import functions as sf
 
-    if strategy == "column":
+    name = strategy_name(strategy, stacklevel=2)
+    if name == "column":
         if not column:
             raise ConfigError("with_record_id(strategy='column') needs column=<existing id column>")
         _missing(df, [column], "with_record_id(strategy='column')")
         return tag_record_id(df, output_column, sf.col(column).cast("string"), f"column:{column}")
-    if strategy == "hash":
+    if name == "hash":
         chosen = list(columns) if columns else [c for c in df.columns if c != output_column]
         if not chosen:
             raise ConfigError("with_record_id(strategy='hash') needs at least one column to hash")
@@ -114,13 +173,21 @@ def with_record_id(
         digest = sf.sha2(sf.to_json(sf.struct(*[sf.col(c) for c in chosen])), 256)
         return tag_record_id(df, output_column, sf.substring(digest, 1, 32),
                              "hash:" + ",".join(chosen))
-    if strategy == "kafka":
+    if name == "kafka":
         _missing(df, KAFKA_COORDINATE_COLUMNS, "with_record_id(strategy='kafka') (read the "
                  "DataFrame with spark.readStream.format('kafka') and keep these columns)")
         coordinates = sf.concat_ws("/", sf.col("topic"), sf.col("partition").cast("string"),
                                    sf.col("offset").cast("string"))
         return tag_record_id(df, output_column, coordinates, "kafka")
-    raise ConfigError(f"unknown record id strategy {strategy!r}; use one of {STRATEGIES}")
+    if name == "key":
+        _missing(df, ["key"], "with_record_id(strategy='key') (a Kafka source DataFrame)")
+        return tag_record_id(df, output_column, sf.col("key").cast("string"), "key")
+    _missing(df, ["headers"], "with_record_id(strategy='header') (a Kafka source DataFrame "
+             "read with includeHeaders=true)")
+    # headers is array<struct<key: string, value: binary>>; take the first match.
+    matching = sf.filter(sf.col("headers"), lambda h: h["key"] == sf.lit(header))
+    return tag_record_id(df, output_column, sf.element_at(matching, 1)["value"].cast("string"),
+                         f"header:{header}")
 
 
 ID_STRATEGY_METADATA = "dedup.id_strategy"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from dedup.catalog import RedisCatalog
 from dedup.config import DedupConfig, InvalidIdPolicy
 from dedup.exceptions import ConfigError, RecordIdError, SettingChangedError
-from dedup.ids import record_id_strategy
+from dedup.ids import canonical_tag, record_id_strategy
 from dedup.metrics import (
     INVALID_ID,
     KEPT,
@@ -211,11 +211,14 @@ class Deduplicator:
                 "IDs claimed in the old buckets would never be looked up again and their "
                 "duplicates would pass",
                 f"set RetentionConfig(bucket_seconds={recorded['bucket_seconds']})")
-        if strategy and recorded.get("id_strategy", strategy) != strategy:
+        # Compared in today's vocabulary: an app id recorded by an earlier
+        # release (e.g. "kafka-key") keeps working under the strategy's new name.
+        before = canonical_tag(recorded.get("id_strategy", strategy))
+        if strategy and before != canonical_tag(strategy):
             raise changed(
                 "id_strategy", strategy,
                 "the same records would get other IDs and pass as new",
-                f"derive IDs as before ({recorded['id_strategy']})", label="record id strategy")
+                f"derive IDs as before ({before})", label="record id strategy")
         pinned = int(recorded.get("num_partitions", wanted_partitions))
         if pinned != wanted_partitions:
             if explicit is not None:

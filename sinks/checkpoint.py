@@ -170,7 +170,7 @@ class CheckpointStore:
                 f"its lease lapses in {int(left_ms) / 1000:.0f} s unless it writes again. Two "
                 "queries writing one output would overwrite each other's batch markers: stop "
                 "that query (its lease is released when it terminates), give this one its own "
-                "app_id or option output.name, or, if that query is gone, start again once "
+                "option app.id or output.name, or, if that query is gone, start again once "
                 "the lease has lapsed"
             )
 
@@ -257,7 +257,7 @@ class CheckpointStore:
             raise UnsafeSinkSettingError(
                 f"the checkpoint Redis refused CONFIG GET appendonly ({exc}), so persistence "
                 "cannot be verified; if AOF is known to be on (managed Redis), set option "
-                "redis.require_persistence=false"
+                "redis.require.persistence=false"
             ) from exc
         except redis.RedisError as exc:
             raise CheckpointUnavailableError(
@@ -267,7 +267,7 @@ class CheckpointStore:
             raise UnsafeSinkSettingError(
                 "the checkpoint Redis runs with appendonly=no: a Redis restart would lose "
                 "sink checkpoints and let a retry emit different rows. Enable AOF "
-                "(CONFIG SET appendonly yes) or set option redis.require_persistence=false"
+                "(CONFIG SET appendonly yes) or set option redis.require.persistence=false"
             )
 
     def put_if_absent(self, query_id: str, batch: int, partition: int,

@@ -2,8 +2,8 @@
 
 :meth:`SinkConfig.from_options` takes the same option names as Spark's own
 Kafka sink (``kafka.bootstrap.servers``, ``topic``, ``kafka.*`` passed to the
-producer) plus ``app_id`` and the toolkit's own switches, checks them, and
-returns a frozen, picklable :class:`SinkConfig` that is shipped to the
+producer) plus ``app.id`` and the toolkit's own switches, all in Spark's dotted
+style, checks them, and returns a frozen, picklable :class:`SinkConfig` that is shipped to the
 executors. Secrets (``kafka.sasl.password`` and friends, a Redis password)
 never appear in ``repr`` or in error messages.
 """
@@ -11,6 +11,7 @@ never appear in ``repr`` or in error messages.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,20 @@ _TRUE = {"true", "1", "yes", "on"}
 _OUTPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _FALSE = {"false", "0", "no", "off"}
 
+# Old option spelling -> its dotted name. The old ones are accepted for one
+# release (a DeprecationWarning each); this is the one table of them, used by
+# every reader of sink options (from_options, ExactlyOnceKafkaForeachBatch).
+DEPRECATED_OPTIONS: dict[str, str] = {
+    "app_id": "app.id",
+    "strong_productions": "strong.productions",
+    "record_id_column": "record.id.column",
+    "dead_letter_topic": "dead.letter.topic",
+    "marker_topic": "marker.topic",
+    "query_id": "query.id",
+    "redis.require_persistence": "redis.require.persistence",
+    "failpoint.dir": "fail.point.dir",
+}
+
 
 def is_secret(name: str) -> bool:
     """Whether a client property holds a secret that must never be logged."""
@@ -47,6 +62,34 @@ def is_secret(name: str) -> bool:
 def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a client config with secret values replaced by ``***``."""
     return {k: ("***" if is_secret(k) else v) for k, v in config.items()}
+
+
+def normalize_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options with lower-case names and every old spelling replaced by its dotted one.
+
+    Each old spelling used emits one :class:`DeprecationWarning` naming old and
+    new. Pure and safe to repeat (a normalized mapping warns no more).
+
+    Raises
+    ------
+    SinkConfigError
+        Both spellings of one option are given with different values.
+    """
+    opts = {str(k).lower(): v for k, v in options.items()}
+    for old, new in DEPRECATED_OPTIONS.items():
+        if old not in opts:
+            continue
+        # stacklevel 3: the caller of from_options / ExactlyOnceKafkaForeachBatch
+        warnings.warn(f"sink option {old!r} is deprecated; use {new!r}", DeprecationWarning,
+                      stacklevel=3)
+        value = opts.pop(old)
+        if new in opts and str(opts[new]) != str(value):
+            raise SinkConfigError(
+                f"options {old}={value!r} and {new}={opts[new]!r} are one option with two "
+                f"values: keep only {new}"
+            )
+        opts[new] = value
+    return opts
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -90,8 +133,8 @@ class SinkConfig:
     Parameters
     ----------
     app_id:
-        Stable, unique pipeline name. Transactional ids (``<app_id>.p<partition>``),
-        marker groups and checkpoint keys derive from it.
+        Option ``app.id``: stable, unique pipeline name. Transactional ids
+        (``<app_id>.p<partition>``), marker groups and checkpoint keys derive from it.
     bootstrap_servers:
         ``kafka.bootstrap.servers``.
     topic:
@@ -99,27 +142,33 @@ class SinkConfig:
     producer_config:
         The ``kafka.*`` options without the prefix, passed to the producer.
     redis:
-        Checkpoint store; required when ``strong_productions``.
+        Options ``redis.url`` and ``redis.require.persistence``: the checkpoint
+        store; required with strong productions.
     strong_productions:
-        Checkpoint each partition's rows before emitting them, so a retried task
-        replays the first attempt instead of recomputing it. Turn off only when
-        everything between the source and the sink is deterministic.
+        Option ``strong.productions``: checkpoint each partition's rows before
+        emitting them, so a retried task replays the first attempt instead of
+        recomputing it. Turn off only when everything between the source and the
+        sink is deterministic.
     record_id_column:
-        Column with the record ID. When the input has no such column, the
-        writer derives a 128-bit ID from (topic, key, value).
+        Option ``record.id.column``: column with the record ID. When the input
+        has no such column, the writer derives a 128-bit ID from (topic, key, value).
     dead_letter_topic:
-        Where records that cannot be written (null record ID, no topic) go,
-        inside the same transaction. ``None``: such a record fails the task.
+        Option ``dead.letter.topic``: where records that cannot be written (null
+        record ID, no topic) go, inside the same transaction. ``None``: such a
+        record fails the task.
     marker_topic:
-        One-partition topic whose offsets, committed in each transaction for
-        the group ``<app_id>.sink.p<partition>``, are the batch markers.
+        Option ``marker.topic``: one-partition topic whose offsets, committed in
+        each transaction for the group ``<app_id>.sink.p<partition>``, are the
+        batch markers.
     max_batch_duration_ms:
-        The longest one partition write may take; the transaction timeout must
-        not be shorter.
+        Option ``max.batch.duration.ms``: the longest one partition write may
+        take; the transaction timeout must not be shorter.
     transaction_retries:
-        Attempts of one partition after abortable Kafka errors.
-    failpoint_dir:
-        Directory of armed fail-points (tests and chaos runs only).
+        Option ``transaction.retries``: attempts of one partition after abortable
+        Kafka errors.
+    fail_point_dir:
+        Option ``fail.point.dir``: folder of armed fail-points (tests and chaos
+        runs only; see :mod:`dedup.failpoints`).
     output_name:
         Option ``output.name``: names one of several outputs of an app id (for
         example two sinks in one ``foreachBatch``). When set, transactional ids
@@ -138,6 +187,9 @@ class SinkConfig:
         committed batch appends the phase timings of its partition writes
         (JSON lines, :func:`sinks.read_phase_timings`); for profiling. Unset:
         nothing is written.
+    failpoint_dir:
+        Deprecated spelling of ``fail_point_dir`` (one more release); always
+        ``None`` once the config is built.
     """
 
     app_id: str
@@ -151,16 +203,29 @@ class SinkConfig:
     marker_topic: str = DEFAULT_MARKER_TOPIC
     max_batch_duration_ms: int = DEFAULT_MAX_BATCH_DURATION_MS
     transaction_retries: int = 3
-    failpoint_dir: str | None = None
+    fail_point_dir: str | None = None
     output_name: str = ""
     lease_ms: int = DEFAULT_LEASE_MS
     timings_path: str | None = None
+    failpoint_dir: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.failpoint_dir is not None:
+            warnings.warn("SinkConfig field 'failpoint_dir' is deprecated; use "
+                          "'fail_point_dir'", DeprecationWarning, stacklevel=3)
+            if self.fail_point_dir is not None and self.fail_point_dir != self.failpoint_dir:
+                raise SinkConfigError(
+                    f"failpoint_dir={self.failpoint_dir!r} and fail_point_dir="
+                    f"{self.fail_point_dir!r} are one setting with two values: keep only "
+                    "fail_point_dir"
+                )
+            object.__setattr__(self, "fail_point_dir", self.failpoint_dir)
+            # None again, so dataclasses.replace does not pass the old name on.
+            object.__setattr__(self, "failpoint_dir", None)
         try:
             validate_app_id(self.app_id)
         except ConfigError as exc:
-            raise SinkConfigError(f"option app_id: {exc}") from exc
+            raise SinkConfigError(f"option app.id: {exc}") from exc
         if self.output_name and not _OUTPUT_NAME.match(self.output_name):
             raise SinkConfigError(
                 f"option output.name={self.output_name!r} is invalid: use 1-100 letters, "
@@ -172,11 +237,12 @@ class SinkConfig:
         if self.strong_productions and self.redis is None:
             raise SinkConfigError(
                 "strong productions need a checkpoint store: set option redis.url "
-                "(redis://host:port/db), or strong_productions=false if everything "
+                "(redis://host:port/db), or strong.productions=false if everything "
                 "upstream of the sink is deterministic"
             )
         if self.transaction_retries < 1:
-            raise SinkConfigError("transaction_retries must be >= 1")
+            raise SinkConfigError("option transaction.retries must be >= 1, not "
+                                  f"{self.transaction_retries}")
         if self.lease_ms < 0:
             raise SinkConfigError(f"option lease.ms must be >= 0, not {self.lease_ms}")
         config = dict(self.producer_config)
@@ -184,7 +250,7 @@ class SinkConfig:
         if "transactional.id" in config:
             raise UnsafeSinkSettingError(
                 "option kafka.transactional.id must not be set: the sink derives one per "
-                f"(app_id, output.name, partition) as '{self.identity}.p<partition>'; "
+                f"(app.id, output.name, partition) as '{self.identity}.p<partition>'; "
                 "remove the option"
             )
         if str(config.get("enable.idempotence", "true")).lower() in _FALSE:
@@ -269,10 +335,11 @@ class SinkConfig:
     def from_options(cls, options: Mapping[str, Any]) -> SinkConfig:
         """Parse Spark writer options (case-insensitive names) into a config.
 
-        Raises :class:`SinkConfigError` naming the option and the fix.
-        Pure: safe to repeat, contacts no service.
+        Old option spellings are accepted with a :class:`DeprecationWarning`
+        (see :func:`normalize_options`). Raises :class:`SinkConfigError`
+        naming the option and the fix. Pure: safe to repeat, contacts no service.
         """
-        opts = {str(k).lower(): v for k, v in options.items()}
+        opts = normalize_options(options)
         producer = {k[len("kafka."):]: v for k, v in opts.items()
                     if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
         redis_url = opts.get("redis.url")
@@ -281,24 +348,24 @@ class SinkConfig:
             try:
                 redis = RedisConfig(
                     url=str(redis_url),
-                    require_persistence=_bool(opts, "redis.require_persistence", True),
+                    require_persistence=_bool(opts, "redis.require.persistence", True),
                 )
             except ConfigError as exc:
                 raise SinkConfigError(f"option redis.url: {exc}") from exc
         return cls(
-            app_id=opts.get("app_id", ""),
+            app_id=opts.get("app.id", ""),
             bootstrap_servers=str(opts.get("kafka.bootstrap.servers", "")),
             topic=opts.get("topic") or None,
             producer_config=producer,
             redis=redis,
-            strong_productions=_bool(opts, "strong_productions", True),
-            record_id_column=str(opts.get("record_id_column") or DEFAULT_ID_COLUMN),
-            dead_letter_topic=opts.get("dead_letter_topic") or None,
-            marker_topic=str(opts.get("marker_topic") or DEFAULT_MARKER_TOPIC),
+            strong_productions=_bool(opts, "strong.productions", True),
+            record_id_column=str(opts.get("record.id.column") or DEFAULT_ID_COLUMN),
+            dead_letter_topic=opts.get("dead.letter.topic") or None,
+            marker_topic=str(opts.get("marker.topic") or DEFAULT_MARKER_TOPIC),
             max_batch_duration_ms=_int(opts, "max.batch.duration.ms",
                                        DEFAULT_MAX_BATCH_DURATION_MS, minimum=1),
             transaction_retries=_int(opts, "transaction.retries", 3, minimum=1),
-            failpoint_dir=opts.get("failpoint.dir") or None,
+            fail_point_dir=opts.get("fail.point.dir") or None,
             output_name=str(opts.get("output.name") or "").strip(),
             lease_ms=_int(opts, "lease.ms", DEFAULT_LEASE_MS),
             timings_path=opts.get("timings.path") or None,

@@ -1,12 +1,12 @@
 """The exactly-once Kafka sink as a PySpark Python data source.
 
-Use it like Spark's Kafka sink, with ``app_id`` (and ``redis.url`` for
+Use it like Spark's Kafka sink, with ``app.id`` (and ``redis.url`` for
 strong productions) added::
 
     sinks.register(spark)
     (df.writeStream.format("exactly_once_kafka")
        .option("kafka.bootstrap.servers", "host:9092").option("topic", "out")
-       .option("app_id", "orders-v1").option("redis.url", "redis://host:6379/0")
+       .option("app.id", "orders-v1").option("redis.url", "redis://host:6379/0")
        .option("checkpointLocation", "/chk/orders-v1").start())
 
 Spark pickles these classes by reference, so they live in this installed module.

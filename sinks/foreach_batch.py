@@ -4,7 +4,7 @@ For pipelines that already use ``foreachBatch`` (or need it, e.g. to write one
 micro-batch to several places)::
 
     sink = ExactlyOnceKafkaForeachBatch({"kafka.bootstrap.servers": ..., "topic": "out",
-                                         "app_id": "orders-v1", "redis.url": ...})
+                                         "app.id": "orders-v1", "redis.url": ...})
     df.writeStream.foreachBatch(sink).option("checkpointLocation", ...).start()
 
 Each partition of the micro-batch DataFrame is written by the same core as
@@ -22,7 +22,7 @@ from typing import Any
 
 from sinks.admin import prepare
 from sinks.checkpoint import CheckpointStore, release_on_stop
-from sinks.config import SinkConfig
+from sinks.config import SinkConfig, normalize_options
 from sinks.exceptions import OutputNameInUseError, SinkConfigError
 from sinks.records import check_schema
 from sinks.timing import append_phase_timings
@@ -42,12 +42,15 @@ class ExactlyOnceKafkaForeachBatch:
     ----------
     options:
         The data source's options (see :class:`sinks.config.SinkConfig`), plus
-        optional ``query_id``: a stable name used in markers and checkpoint
+        optional ``query.id``: a stable name used in markers and checkpoint
         keys when Spark's ``sql.streaming.queryId`` is not visible to the
         callable. It must stay the same across restarts from one checkpoint.
 
     Calling it again for the same batch id is safe (the batch is skipped).
     A failure raises, and the query fails or Spark retries the batch.
+    Building it raises :class:`~sinks.SinkConfigError` for invalid options;
+    an old option spelling (``query_id``, ``app_id``, ...) warns once
+    (:class:`DeprecationWarning`).
 
     Several sinks of one app id (several outputs per batch) need distinct
     ``output.name`` options: a second live instance of one (app_id,
@@ -55,9 +58,11 @@ class ExactlyOnceKafkaForeachBatch:
     """
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        self.options = dict(options)
+        # Normalized once here, so each old spelling warns once (from_options
+        # then sees only dotted names).
+        self.options = normalize_options(options)
         self.config = SinkConfig.from_options(self.options)
-        self.fixed_query_id = self.options.get("query_id")
+        self.fixed_query_id = self.options.get("query.id")
         self._prepared = False
         self._owners: set[str] = set()  # query ids whose output lease this instance took
         self._stop_hooks: set[str] = set()  # Spark query ids whose stop releases it
@@ -78,7 +83,7 @@ class ExactlyOnceKafkaForeachBatch:
             if owner is self:
                 return
         raise OutputNameInUseError(
-            f"another ExactlyOnceKafkaForeachBatch of app_id {key[0]!r} already writes "
+            f"another ExactlyOnceKafkaForeachBatch of app.id {key[0]!r} already writes "
             f"output.name={key[1]!r} in this process; both would share transactional ids and "
             "batch markers and the second would skip every batch: give each output its own "
             "option output.name (e.g. output.name=audit), or reuse one instance "
@@ -125,7 +130,7 @@ class ExactlyOnceKafkaForeachBatch:
         if not query_id:
             raise SinkConfigError(
                 "the streaming query id is not visible in foreachBatch here: pass option "
-                "query_id (a stable name, the same across restarts of this query)"
+                "query.id (a stable name, the same across restarts of this query)"
             )
         return str(query_id)
 

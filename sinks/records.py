@@ -173,7 +173,7 @@ def to_records(batches: Iterable[Any], config: SinkConfig, layout: InputLayout,
             if config.dead_letter_topic is None:
                 raise SinkRecordError(
                     f"{problem} (batch {batch_id}, partition {partition_id}): fix the input or "
-                    "set option dead_letter_topic to route such records there"
+                    "set option dead.letter.topic to route such records there"
                 )
             dead.append(OutRecord(config.dead_letter_topic, None, kbytes, vbytes,
                                   (*hdr, (ERROR_HEADER, problem.encode())),

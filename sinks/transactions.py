@@ -282,7 +282,7 @@ def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfi
         if index == half and half:
             # The flush only when the point fires: a read_uncommitted reader then
             # sees the half that was produced.
-            fail_point("sink.mid_produce", config.failpoint_dir,
+            fail_point("sink.mid_produce", config.fail_point_dir,
                        before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
                        partition=partition, attempt=attempt)
         headers: list[tuple[str, str | bytes | None]] = [*record.headers,
@@ -375,7 +375,7 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
                 OFFSETS_TIMEOUT_S + STUCK_GRACE_S, f"send_offsets_to_transaction of {what}")
         with clock("produce"):
             _produce_all(producer, records, config, batch, partition, attempt)
-        fail_point("sink.before_commit", config.failpoint_dir,
+        fail_point("sink.before_commit", config.fail_point_dir,
                    before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
                    partition=partition, attempt=attempt)
         if store is not None:
@@ -402,7 +402,7 @@ def _reused(config: SinkConfig, query_id: str, batch: int, partition: int,
         f"{config.marker_group(partition)} says query id {query_id!r} already committed "
         f"batch {committed}, more than one batch ahead: the query id was reused (a "
         "reset or new checkpoint location, or two queries with one id). Give this query "
-        "a new query_id option (it then writes every batch it reads, including input an "
+        "a new option query.id (it then writes every batch it reads, including input an "
         "earlier query wrote), or restore the old checkpoint location; `dedup txn list "
         "--app-id` shows the markers"
     )
@@ -543,7 +543,7 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
     clock = clock or PhaseClock()
     if not records:
         # Nothing to make visible, and nothing a retry could emit twice.
-        fail_point("sink.after_commit", config.failpoint_dir, batch=batch, partition=partition,
+        fail_point("sink.after_commit", config.fail_point_dir, batch=batch, partition=partition,
                    attempt=0)
         return PartitionResult(partition, batch, 0, False, replayed, 0, clock.finish())
     redo_after_fence = True
@@ -585,6 +585,6 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
             # and let the retry's init_transactions abort what it left.
             drop_producer(txn_id)
             raise
-    fail_point("sink.after_commit", config.failpoint_dir, batch=batch, partition=partition,
+    fail_point("sink.after_commit", config.fail_point_dir, batch=batch, partition=partition,
                attempt=attempt)
     return result

@@ -68,7 +68,7 @@ def check_replay_schema(stored: list[Any], current: list[Any], columns: list[str
             f"the sink checkpoint of batch {batch} partition {partition} was written by other "
             f"code: columns differ: {detail}. Replaying it would emit wrong records: restore "
             "the previous code until this batch is committed, then deploy the change (or, "
-            "discarding that batch's exactly-once output, start with a new app_id / output.name)"
+            "discarding that batch's exactly-once output, start with a new app.id / output.name)"
         )
 
 
@@ -111,7 +111,7 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
             arrow, replayed = old, True
     with clock("convert"):
         records, dead = to_records(arrow, config, layout, batch, partition)
-    fail_point("sink.after_checkpoint", config.failpoint_dir, batch=batch,
+    fail_point("sink.after_checkpoint", config.fail_point_dir, batch=batch,
                partition=partition, attempt=attempt)
     try:
         return write_partition(config, records + dead, query_id, batch, partition,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sources._ids import ID_STRATEGIES
 from sources.exceptions import SourceConfigError, SourceError
 from sources.files import read_files
 from sources.kafka import read_kafka
-from sources.record_ids import ID_STRATEGIES, attach_record_id
+from sources.record_ids import attach_record_id  # deprecated; dedup.with_record_id
 from sources.synthetic_rows import (
     SCHEMA as SYNTHETIC_SCHEMA,
 )

@@ -6,8 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dedup.constants import DEFAULT_ID_COLUMN
+from dedup.ids import with_record_id
+from sources._ids import KAFKA_ONLY, source_strategy
 from sources.exceptions import SourceConfigError
-from sources.record_ids import attach_record_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +22,7 @@ def read_files(
     path: str,
     format: str = "json",
     schema: StructType | str | None = None,
-    id_strategy: str = "columns",
+    id_strategy: str | None = "hash",
     *,
     id_column: str = DEFAULT_ID_COLUMN,
     key_column: str | None = None,
@@ -40,9 +41,11 @@ def read_files(
     schema:
         Required for streaming reads (a ``StructType`` or a DDL string).
     id_strategy:
-        ``column`` (``key_column`` holds the ID), ``columns`` (hash of
-        ``columns``, all when None) or ``none``. A file's record read twice
-        (a replay) gets the same ID either way.
+        A strategy of :func:`dedup.with_record_id`: ``column`` (``key_column``
+        holds the ID) or ``hash`` (of ``columns``, all when None); or
+        ``"none"`` / ``None``: no ID column. A file's record read twice (a
+        replay) gets the same ID either way. The old name ``columns`` warns
+        (:class:`DeprecationWarning`).
     max_files_per_trigger:
         Spark's ``maxFilesPerTrigger``.
     options:
@@ -53,6 +56,7 @@ def read_files(
     SourceConfigError
         Unknown format, missing schema or a Kafka-only strategy.
     """
+    strategy = source_strategy(id_strategy, key_column, stacklevel=2)
     if format not in FILE_FORMATS:
         raise SourceConfigError(
             f"unknown file format {format!r}; use one of {', '.join(FILE_FORMATS)}"
@@ -62,14 +66,16 @@ def read_files(
             "read_files needs a schema (a DDL string such as 'id string, amount double'): "
             "Spark cannot infer one for a stream"
         )
-    if id_strategy in {"coordinates", "kafka", "key", "header"}:
+    if strategy in KAFKA_ONLY:
         raise SourceConfigError(
             f"id strategy {id_strategy!r} needs a Kafka source; for files use "
-            "'column' or 'columns'"
+            "'column' or 'hash'"
         )
     reader = spark.readStream.format(format).schema(schema).options(**dict(options or {}))
     if max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", str(int(max_files_per_trigger)))
     df = reader.load(path)
-    return attach_record_id(df, id_strategy, column=key_column, columns=columns,
-                            output_column=id_column)
+    if strategy is None:
+        return df
+    return with_record_id(df, strategy, columns=columns, column=key_column,
+                          output_column=id_column)

@@ -6,8 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
+from dedup.ids import with_record_id
+from sources._ids import source_strategy
 from sources.exceptions import SourceConfigError
-from sources.record_ids import attach_record_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +22,7 @@ def read_kafka(
     spark: SparkSession,
     bootstrap_servers: str,
     topics: str | Sequence[str],
-    id_strategy: str = "coordinates",
+    id_strategy: str | None = "kafka",
     *,
     id_column: str = DEFAULT_ID_COLUMN,
     key_column: str | None = None,
@@ -46,10 +47,13 @@ def read_kafka(
     topics:
         One topic, a comma-separated list or a sequence of topics.
     id_strategy:
-        ``coordinates`` (topic/partition/offset: catches replays only),
-        ``key`` (the record key), ``header`` (``header``, by default our
-        sink's ``dedup-record-id``), ``column`` (``key_column``), ``columns``
-        (hash of ``columns``) or ``none``. See :mod:`sources.record_ids`.
+        A strategy of :func:`dedup.with_record_id`: ``kafka``
+        (topic/partition/offset: catches replays only), ``key`` (the record
+        key), ``header`` (``header``, by default our sink's
+        ``dedup-record-id``), ``column`` (``key_column``) or ``hash`` (of
+        ``columns``, all when None); or ``"none"`` / ``None``: no ID column.
+        The old names ``coordinates`` and ``columns`` warn
+        (:class:`DeprecationWarning`).
     id_column:
         Name of the ID column added.
     starting_offsets, max_offsets_per_trigger:
@@ -61,7 +65,8 @@ def read_kafka(
     -------
     DataFrame
         Columns ``key``, ``value`` (binary), ``topic``, ``partition``,
-        ``offset``, ``timestamp``, ``timestampType``, ``headers`` and ``id_column``.
+        ``offset``, ``timestamp``, ``timestampType``, ``headers`` and ``id_column``
+        (none with no strategy).
         Building it contacts nothing; the query fails at start if Kafka is down.
 
     Raises
@@ -70,6 +75,7 @@ def read_kafka(
         Unknown strategy, missing topic, or an option that conflicts with
         read_committed.
     """
+    strategy = source_strategy(id_strategy, key_column, stacklevel=2)
     names = [topics] if isinstance(topics, str) else list(topics)
     subscribe = ",".join(t.strip() for name in names for t in name.split(",") if t.strip())
     if not subscribe:
@@ -94,5 +100,7 @@ def read_kafka(
     if max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(int(max_offsets_per_trigger)))
     df = reader.load()
-    return attach_record_id(df, id_strategy, column=key_column, columns=columns,
-                            header=header, output_column=id_column)
+    if strategy is None:
+        return df
+    return with_record_id(df, strategy, columns=columns, column=key_column,
+                          output_column=id_column, header=header)

@@ -1,44 +1,46 @@
-"""Attach record IDs to a source DataFrame by a named strategy.
+"""Deprecated: record IDs are attached by :func:`dedup.with_record_id`.
 
-The strategies of the sources are the core's (:func:`dedup.ids.with_record_id`)
-plus two that only make sense for Kafka input:
-
-``coordinates`` (alias ``kafka``)
-    ``topic/partition/offset``. Catches source replays, not producer retries.
-``key``
-    The Kafka record key (as UTF-8 text). Right when producers key each event
-    by a unique event id.
-``header``
-    A Kafka header, by default the one our exactly-once sink writes
-    (:data:`dedup.constants.RECORD_ID_HEADER`), so a downstream pipeline
-    dedups on the IDs of the upstream one.
-``column``
-    An existing ID column.
-``columns`` (alias ``hash``)
-    128 bits of SHA-256 over chosen columns (all when none are named).
+This module keeps :func:`attach_record_id` and :func:`normalize_strategy` for
+one more release; both warn (:class:`DeprecationWarning`). The strategies are
+the core's (``column``, ``hash``, ``kafka``, ``key``, ``header``); the old names
+``coordinates`` and ``columns`` still work, with a warning of their own.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
+from sources._ids import ID_STRATEGIES, source_strategy
 from sources.exceptions import SourceConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-ID_STRATEGIES = ("coordinates", "key", "header", "column", "columns", "none")
-_ALIASES = {"kafka": "coordinates", "hash": "columns"}
+__all__ = ["ID_STRATEGIES", "attach_record_id", "normalize_strategy"]
+
+_OLD_STRATEGIES = ("coordinates", "key", "header", "column", "columns", "none")
+_OLD_ALIASES = {"kafka": "coordinates", "hash": "columns"}
 
 
 def normalize_strategy(strategy: str) -> str:
-    """Map aliases to canonical names; raise naming the choices for an unknown one."""
-    name = _ALIASES.get(strategy, strategy)
-    if name not in ID_STRATEGIES:
+    """Deprecated: the sources' old name of ``strategy`` (``kafka`` -> ``coordinates``).
+
+    Use :func:`dedup.ids.strategy_name`, which returns today's names. Pure.
+
+    Raises
+    ------
+    SourceConfigError
+        Unknown strategy.
+    """
+    warnings.warn("sources.record_ids.normalize_strategy is deprecated; use "
+                  "dedup.ids.strategy_name", DeprecationWarning, stacklevel=2)
+    name = _OLD_ALIASES.get(strategy, strategy)
+    if name not in _OLD_STRATEGIES:
         raise SourceConfigError(
-            f"unknown id strategy {strategy!r}; use one of {', '.join(ID_STRATEGIES)}"
+            f"unknown id strategy {strategy!r}; use one of {', '.join(_OLD_STRATEGIES)}"
         )
     return name
 
@@ -52,41 +54,30 @@ def attach_record_id(
     header: str = RECORD_ID_HEADER,
     output_column: str = DEFAULT_ID_COLUMN,
 ) -> DataFrame:
-    """``df`` plus ``output_column`` holding each record's ID (a pure projection).
+    """Deprecated: use :func:`dedup.with_record_id` (``none``: leave ``df`` as it is).
 
-    ``key`` and ``header`` need Kafka's ``key`` / ``headers`` columns; a record
-    without the header gets a null ID, which the dedup operator rejects with a
-    clear error rather than dropping it.
+    ``df`` plus ``output_column`` (a pure projection, safe to repeat); the
+    strategy ``none`` returns ``df`` unchanged.
+
+    Raises
+    ------
+    SourceConfigError
+        Unknown strategy, ``column`` without a column, or ``key`` / ``header``
+        without Kafka's ``key`` / ``headers`` column.
     """
-    from pyspark.sql import functions as sf
+    from dedup.ids import with_record_id
 
-    from dedup.ids import tag_record_id, with_record_id
-
-    name = normalize_strategy(strategy)
-    if name == "none":
+    warnings.warn("sources.attach_record_id is deprecated; use dedup.with_record_id",
+                  DeprecationWarning, stacklevel=2)
+    name = source_strategy(strategy, column, stacklevel=2)
+    if name is None:
         return df
-    if name == "coordinates":
-        return with_record_id(df, strategy="kafka", output_column=output_column)
-    if name == "column":
-        if not column:
-            raise SourceConfigError("id strategy 'column' needs the name of the ID column")
-        return with_record_id(df, strategy="column", column=column, output_column=output_column)
-    if name == "columns":
-        return with_record_id(df, strategy="hash", columns=list(columns) if columns else None,
-                              output_column=output_column)
-    if name == "key":
-        _require(df, "key", name)
-        return tag_record_id(df, output_column, sf.col("key").cast("string"), "kafka-key")
-    _require(df, "headers", name)
-    # headers is array<struct<key: string, value: binary>>; take the first match.
-    matching = sf.filter(sf.col("headers"), lambda h: h["key"] == sf.lit(header))
-    return tag_record_id(df, output_column, sf.element_at(matching, 1)["value"].cast("string"),
-                         f"header:{header}")
-
-
-def _require(df: DataFrame, column: str, strategy: str) -> None:
-    if column not in df.columns:
+    # The errors this function raised before it delegated to the core.
+    needs = {"key": "key", "header": "headers"}.get(name)
+    if needs is not None and needs not in df.columns:
         raise SourceConfigError(
-            f"id strategy {strategy!r} needs column {column!r} (a Kafka source DataFrame); "
+            f"id strategy {name!r} needs column {needs!r} (a Kafka source DataFrame); "
             f"available columns: {df.columns}"
         )
+    return with_record_id(df, name, columns=columns, column=column,
+                          output_column=output_column, header=header)

@@ -71,8 +71,8 @@ def _sink_config(run: Run) -> Any:
     from sinks.config import SinkConfig
 
     return SinkConfig.from_options({
-        "app_id": run.app_id, "kafka.bootstrap.servers": run.env.kafka.bootstrap_servers,
-        "topic": run.topic, "strong_productions": "false",
+        "app.id": run.app_id, "kafka.bootstrap.servers": run.env.kafka.bootstrap_servers,
+        "topic": run.topic, "strong.productions": "false",
     })
 
 
@@ -353,7 +353,7 @@ def _second_pipeline(run: Run) -> int:
     argv = [str(Path(sys.executable).parent / "dedup"), "run", str(config), "--quiet",
             "--redis-url", run.redis.url, "--bootstrap", bootstrap,
             "--checkpoint", run.checkpoint, "--max-seconds", str(RUN_MAX_SECONDS)]
-    env = {**os.environ, "DEDUP_FAILPOINT_DIR": str(run.fp_dir)}
+    env = {**os.environ, "DEDUP_FAIL_POINT_DIR": str(run.fp_dir)}
     ev = run.fault.evidence
     with open(run.dir / "driver.log", "ab") as log:
         first = subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True)
@@ -586,8 +586,8 @@ def _two_outputs(run: Run) -> int:
 
     def output(name: str, topic: str) -> Any:
         return ExactlyOnceKafkaForeachBatch({
-            "app_id": run.app_id, "output.name": name, "kafka.bootstrap.servers": bootstrap,
-            "topic": topic, "redis.url": url, "failpoint.dir": str(run.fp_dir)})
+            "app.id": run.app_id, "output.name": name, "kafka.bootstrap.servers": bootstrap,
+            "topic": topic, "redis.url": url, "fail.point.dir": str(run.fp_dir)})
 
     first, second = output("a", run.topic), output("b", second_topic)
     crashed = threading.Event()
@@ -702,9 +702,9 @@ def _marker_retention(run: Run) -> int:
         ev["committed_batches_at_stop"] = committed_batches(run.checkpoint)
         ev["markers_at_stop"] = markers(run, PARTITIONS)
         run.fault.injected_at = time.monotonic()
-        config = SinkConfig.from_options({"app_id": run.app_id,
+        config = SinkConfig.from_options({"app.id": run.app_id,
                                           "kafka.bootstrap.servers": broker.bootstrap_servers,
-                                          "topic": run.topic, "strong_productions": "false"})
+                                          "topic": run.topic, "strong.productions": "false"})
         deadline = time.monotonic() + 4 * 60
         while time.monotonic() < deadline and markers(run, PARTITIONS)[partition] >= 0:
             time.sleep(5)

@@ -389,8 +389,8 @@ class Run:
         partition = int(context.get("partition", 0))
         batch = int(context.get("batch", self.spec.batch))
         config = SinkConfig.from_options({
-            "app_id": self.app_id, "kafka.bootstrap.servers": self.env.kafka.bootstrap_servers,
-            "topic": self.topic, "strong_productions": "false",
+            "app.id": self.app_id, "kafka.bootstrap.servers": self.env.kafka.bootstrap_servers,
+            "topic": self.topic, "strong.productions": "false",
         })
         txn_id = config.transactional_id(partition)
         zombie = Producer({"bootstrap.servers": self.env.kafka.bootstrap_servers,
@@ -469,7 +469,7 @@ def run_subprocess(run: Run) -> int:
     argv = [str(Path(sys.executable).parent / "dedup"), "run", str(config), "--quiet",
             "--redis-url", run.redis.url, "--bootstrap", bootstrap,
             "--checkpoint", run.checkpoint, "--max-seconds", "300"]
-    env = {**os.environ, "DEDUP_FAILPOINT_DIR": str(run.fp_dir)}
+    env = {**os.environ, "DEDUP_FAIL_POINT_DIR": str(run.fp_dir)}
     log = open(run.dir / "driver.log", "ab")  # noqa: SIM115 - closed below
     restarts = 0
     try:

@@ -107,6 +107,17 @@ def _typed(where: str, key: str, value: Any, default: Any) -> Any:
     return float(value) if expected == (int, float) else value
 
 
+def _flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: TOML's nested tables of an unquoted dotted key."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
     """Parse and check a pipeline file's text.
 
@@ -133,6 +144,9 @@ def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
         _check_keys(name, given, defaults)
         tables[name] = {key: _typed(name, key, given.get(key, default), default)
                         for key, default in defaults.items()}
+    # The sink's options are Spark option names, dotted (kafka.acks,
+    # strong.productions): written unquoted, TOML nests them.
+    tables["sink"]["options"] = _flat(tables["sink"]["options"])
     validate_app_id(tables[""]["app_id"])
     if tables["source"]["type"] not in SOURCE_TYPES:
         raise ConfigError(f"source.type must be one of {', '.join(SOURCE_TYPES)}, not "

@@ -139,7 +139,7 @@ def exception_texts(exc: BaseException, limit: int = 20) -> list[str]:
 
 # Phrases of the core's and the sinks' messages -> what to write in the pipeline
 # file instead. The sink's options that have no key of their own go under
-# [sink.options] (quoted, as TOML needs for dotted names).
+# [sink.options] (by their dotted names, quoted or not).
 PIPELINE_KEYS: dict[str, str] = {
     "DedupConfig(allow_shared_app_id=True)":
         "dedup.allow_shared_app_id = true in the pipeline file",
@@ -147,13 +147,13 @@ PIPELINE_KEYS: dict[str, str] = {
         'dedup.invalid_ids = "dead_letter" in the pipeline file',
     "RedisConfig(require_persistence=False)":
         "redis.require_persistence = false in the pipeline file",
-    "option redis.require_persistence=false":
+    "option redis.require.persistence=false":
         "redis.require_persistence = false in the pipeline file",
     "set RedisConfig(wait_replicas=N)": "set redis.wait_replicas = N in the pipeline file",
     "option redis.url": "redis.url in the pipeline file (or --redis-url)",
     "option topic": "sink.topic in the pipeline file",
-    "option dead_letter_topic":
-        'sink.options."dead_letter_topic" in the pipeline file',
+    "option dead.letter.topic":
+        'sink.options."dead.letter.topic" in the pipeline file',
     "Lower kafka.transaction.timeout.ms":
         'Lower sink.options."kafka.transaction.timeout.ms" in the pipeline file',
     "Raise kafka.transaction.timeout.ms":

@@ -78,7 +78,7 @@ def check_services(pipeline: PipelineFile, addresses: Addresses) -> None:
 
 
 def dedup_config(pipeline: PipelineFile, redis_url: str,
-                 failpoint_dir: str | None = None) -> DedupConfig:
+                 fail_point_dir: str | None = None) -> DedupConfig:
     """The :class:`DedupConfig` of ``[dedup]`` and ``[redis]``."""
     from dedup.config import FailPointConfig
 
@@ -99,7 +99,7 @@ def dedup_config(pipeline: PipelineFile, redis_url: str,
             event_time_column=table["event_time_column"] or None,
             late_policy=table["late_policy"],
         ),
-        fail_points=FailPointConfig(failpoint_dir),
+        fail_points=FailPointConfig(fail_point_dir),
         allow_shared_app_id=table["allow_shared_app_id"],
         invalid_ids=table["invalid_ids"],
     )
@@ -108,9 +108,9 @@ def dedup_config(pipeline: PipelineFile, redis_url: str,
 def source_frame(spark: SparkSession, pipeline: PipelineFile, addresses: Addresses,
                  ) -> DataFrame:
     """The source DataFrame with the ``_record_id`` column of ``[ids]``."""
+    from dedup.ids import with_record_id
     from sources.files import read_files
     from sources.kafka import read_kafka
-    from sources.record_ids import attach_record_id
     from sources.synthetic import synthetic_stream
     from sources.synthetic_rows import SyntheticOptions
 
@@ -120,14 +120,16 @@ def source_frame(spark: SparkSession, pipeline: PipelineFile, addresses: Address
     if kind == "synthetic":
         options = SyntheticOptions(**{key: src[key] for key in SYNTHETIC_KEYS})
         frame = synthetic_stream(spark, options)
-        return attach_record_id(frame, ids["strategy"] or "column",
-                                column=ids["column"] or "event_id", columns=ids["columns"])
+        if ids["strategy"] == "none":
+            return frame
+        return with_record_id(frame, ids["strategy"] or "column", columns=ids["columns"],
+                              column=ids["column"] or "event_id", header=ids["header"])
     if kind == "kafka":
         if not src["topics"]:
             raise ConfigError("source.topics is required for source.type = \"kafka\"")
         return read_kafka(
             spark, addresses.source_bootstrap, src["topics"],
-            id_strategy=ids["strategy"] or "coordinates", key_column=ids["column"] or None,
+            id_strategy=ids["strategy"] or "kafka", key_column=ids["column"] or None,
             columns=ids["columns"] or None, header=ids["header"],
             starting_offsets=src["starting_offsets"],
             max_offsets_per_trigger=src["max_offsets_per_trigger"] or None,
@@ -136,7 +138,7 @@ def source_frame(spark: SparkSession, pipeline: PipelineFile, addresses: Address
         raise ConfigError("source.path and source.schema are required for source.type = "
                           "\"files\"")
     return read_files(spark, src["path"], format=src["format"], schema=src["schema"],
-                      id_strategy=ids["strategy"] or "columns",
+                      id_strategy=ids["strategy"] or "hash",
                       key_column=ids["column"] or None, columns=ids["columns"] or None,
                       max_files_per_trigger=src["max_files_per_trigger"] or None)
 
@@ -167,22 +169,24 @@ def sink_frame(frame: DataFrame, pipeline: PipelineFile) -> DataFrame:
 
 
 def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresses,
-                checkpoint: str, failpoint_dir: str | None = None) -> StreamingQuery:
+                checkpoint: str, fail_point_dir: str | None = None) -> StreamingQuery:
     """Build the pipeline and start it from ``checkpoint`` (resumes when it exists)."""
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
-    dead_letter = any(str(k) in ("dead_letter_topic", "dead.letter.topic")
-                      for k in sink["options"])
+    from sinks.config import DEPRECATED_OPTIONS
+
+    dead_letter = any(DEPRECATED_OPTIONS.get(str(k).lower(), str(k).lower())
+                      == "dead.letter.topic" for k in sink["options"])
     if (pipeline.table("dedup")["enabled"] and pipeline.table("dedup")["invalid_ids"]
             == "dead_letter" and sink["type"] == "kafka" and not dead_letter):
         raise ConfigError(
             'dedup.invalid_ids = "dead_letter" needs a dead-letter topic: set '
-            'sink.options."dead_letter_topic" in the pipeline file'
+            'sink.options."dead.letter.topic" in the pipeline file'
         )
     if pipeline.table("dedup")["enabled"]:
         from dedup import deduplicate
 
-        frame = deduplicate(frame, dedup_config(pipeline, addresses.redis_url, failpoint_dir))
+        frame = deduplicate(frame, dedup_config(pipeline, addresses.redis_url, fail_point_dir))
     out = sink_frame(frame, pipeline)
     run = pipeline.table("run")
     writer: Any
@@ -194,15 +198,15 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
 
         sinks.register(spark)
         options = {
-            "app_id": pipeline.app_id,
+            "app.id": pipeline.app_id,
             "kafka.bootstrap.servers": addresses.sink_bootstrap,
             "topic": sink["topic"],
             "redis.url": addresses.redis_url,
-            "redis.require_persistence": str(pipeline.table("redis")["require_persistence"]),
+            "redis.require.persistence": str(pipeline.table("redis")["require_persistence"]),
             **{str(k): str(v) for k, v in sink["options"].items()},
         }
-        if failpoint_dir:
-            options["failpoint.dir"] = failpoint_dir
+        if fail_point_dir:
+            options["fail.point.dir"] = fail_point_dir
         writer = out.writeStream.format("exactly_once_kafka").options(**options)
     writer = writer.option("checkpointLocation", checkpoint).queryName(pipeline.app_id)
     writer = writer.trigger(processingTime=f"{run['trigger_seconds']} seconds")

@@ -24,7 +24,6 @@ def _run(spark, fmt: str, app_id: str, bootstrap: str, redis_url: str,  # type: 
 
     import dedup
     import sinks
-    from sources.record_ids import attach_record_id
     from sources.synthetic import synthetic_stream
     from sources.synthetic_rows import SyntheticOptions, expected_output
     from tests.chaos.broken_sink import BrokenMarkerDataSource
@@ -37,7 +36,7 @@ def _run(spark, fmt: str, app_id: str, bootstrap: str, redis_url: str,  # type: 
     ensure_topic(bootstrap, topic, partitions=2)
     fp_dir = tmp_path / f"fp-{fmt}"
     arm(fp_dir, "sink.after_commit", "raise", match={"batch": 1})
-    frame = attach_record_id(synthetic_stream(spark, options), "column", column="event_id")
+    frame = dedup.with_record_id(synthetic_stream(spark, options), "column", column="event_id")
     frame = dedup.deduplicate(frame, dedup.DedupConfig(
         app_id=app_id, redis=dedup.RedisConfig(url=redis_url), num_shards=2))
     query = (
@@ -46,9 +45,9 @@ def _run(spark, fmt: str, app_id: str, bootstrap: str, redis_url: str,  # type: 
         frame.select(sf.col("key"), sf.col("payload").alias("value"), sf.col("_record_id"))
         .coalesce(1)
         .writeStream.format(fmt)
-        .option("app_id", app_id).option("kafka.bootstrap.servers", bootstrap)
+        .option("app.id", app_id).option("kafka.bootstrap.servers", bootstrap)
         .option("topic", topic).option("redis.url", redis_url)
-        .option("failpoint.dir", str(fp_dir))
+        .option("fail.point.dir", str(fp_dir))
         .option("checkpointLocation", str(tmp_path / f"ckpt-{fmt}"))
         .start()
     )

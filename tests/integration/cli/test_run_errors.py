@@ -28,7 +28,7 @@ def _endless_pipeline(app_id: str, tmp_path: Path) -> Path:
         f'[sink]\ntopic = "{app_id}-out"\npartitions = 1\n'
         # Weak productions: the sink does not touch Redis, so the first to find
         # it gone is the dedup claim, in a Python worker of a Spark task.
-        '[sink.options]\nstrong_productions = "false"\n'
+        '[sink.options]\n"strong.productions" = "false"\n'
         "[run]\ntrigger_seconds = 1.0\nstop_after_idle_seconds = 0.0\n"
     )
     return config

@@ -60,8 +60,8 @@ def test_invalid_ids_reach_the_dead_letter_topic_and_the_stream_goes_on(
     query = (kept.select(sf.col("v").cast("string").alias("value"), DEFAULT_ID_COLUMN)
              .writeStream.format("exactly_once_kafka")
              .option("kafka.bootstrap.servers", kafka_bootstrap).option("topic", out)
-             .option("app_id", app_id).option("redis.url", redis_url)
-             .option("dead_letter_topic", dead)
+             .option("app.id", app_id).option("redis.url", redis_url)
+             .option("dead.letter.topic", dead)
              .option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
     try:

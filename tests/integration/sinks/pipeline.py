@@ -93,14 +93,14 @@ def build_stream(spark: Any, bootstrap: str, topics: Topics, app_id: str, redis_
 
 
 def sink_options(bootstrap: str, topics: Topics, app_id: str, redis_url: str,
-                 failpoint_dir: str | None = None, strong: bool = True) -> dict[str, str]:
+                 fail_point_dir: str | None = None, strong: bool = True) -> dict[str, str]:
     options = {
-        "kafka.bootstrap.servers": bootstrap, "topic": topics.out, "app_id": app_id,
-        "redis.url": redis_url, "strong_productions": str(strong).lower(),
+        "kafka.bootstrap.servers": bootstrap, "topic": topics.out, "app.id": app_id,
+        "redis.url": redis_url, "strong.productions": str(strong).lower(),
         "kafka.transaction.timeout.ms": "60000",
     }
-    if failpoint_dir:
-        options["failpoint.dir"] = failpoint_dir
+    if fail_point_dir:
+        options["fail.point.dir"] = fail_point_dir
     return options
 
 

@@ -69,14 +69,14 @@ def test_a_fixed_query_id_reused_after_a_checkpoint_reset_is_refused(
         tmp_path: Path) -> None:
     topics, expected = fill_input(kafka_bootstrap, app_id)
     options = {**sink_options(kafka_bootstrap, topics, app_id, redis_url),
-               "query_id": "orders"}
+               "query.id": "orders"}
     sink = ExactlyOnceKafkaForeachBatch(options)
     first = _run_foreach(build_stream(spark, kafka_bootstrap, topics, app_id, redis_url),
                          sink, str(tmp_path / "checkpoint-1"))
     assert first.exception() is None, first.exception()
     assert check_exact(kafka_bootstrap, topics.out, expected).ok
     # The checkpoint is reset (a new folder) and new input arrives, but the
-    # query_id option stays: the old markers say batches 0..3 are done.
+    # query.id option stays: the old markers say batches 0..3 are done.
     later, more = fill_input(kafka_bootstrap, f"{app_id}-2", records=60, duplicates=0,
                               id_prefix="new")
     later = Topics(later.source, topics.out)
@@ -86,5 +86,5 @@ def test_a_fixed_query_id_reused_after_a_checkpoint_reset_is_refused(
     report = check_exact(kafka_bootstrap, topics.out, {**expected, **more})
     assert second.exception() is not None, (
         f"the reused query_id was not refused; output: {report.summary()}")
-    assert "query_id" in str(second.exception())
+    assert "query.id" in str(second.exception())
     assert check_exact(kafka_bootstrap, topics.out, expected).ok  # nothing of the new input

@@ -43,7 +43,7 @@ def test_query_start_refuses_a_timeout_above_broker_max(spark: Any, kafka_bootst
     with pytest.raises(Exception, match=r"transaction\.max\.timeout\.ms") as caught:
         query = (df.writeStream.format("exactly_once_kafka")
                  .option("kafka.bootstrap.servers", kafka_bootstrap).option("topic", "x")
-                 .option("app_id", app_id).option("strong_productions", "false")
+                 .option("app.id", app_id).option("strong.productions", "false")
                  .option("kafka.transaction.timeout.ms", str(limit + 1))
                  .option("checkpointLocation", tmp_checkpoint).start())
         try:
@@ -68,14 +68,14 @@ def redis_without_aof(tmp_path: Path) -> Iterator[RedisServer]:
 @pytest.mark.redis
 def test_checkpoint_redis_without_aof_is_refused(redis_without_aof: RedisServer,
                                                  app_id: str) -> None:
-    strict = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1", "app_id": app_id,
+    strict = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1", "app.id": app_id,
                                       "redis.url": redis_without_aof.url})
     assert strict.redis is not None
     with pytest.raises(UnsafeSinkSettingError, match="appendonly"):
         CheckpointStore(strict.redis, app_id).check_persistence()
     relaxed = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1",
-                                       "app_id": app_id, "redis.url": redis_without_aof.url,
-                                       "redis.require_persistence": "false"})
+                                       "app.id": app_id, "redis.url": redis_without_aof.url,
+                                       "redis.require.persistence": "false"})
     assert relaxed.redis is not None
     CheckpointStore(relaxed.redis, app_id).check_persistence()
 
@@ -95,15 +95,15 @@ def test_checkpoint_redis_refusing_config_get_is_refused(redis_url: str, app_id:
         parts = urlsplit(redis_url)
         url = f"redis://{user}:{password}@{parts.hostname}:{parts.port}{parts.path}"
         strict = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1",
-                                          "app_id": app_id, "redis.url": url})
+                                          "app.id": app_id, "redis.url": url})
         assert strict.redis is not None
         with pytest.raises(UnsafeSinkSettingError,
-                           match=r"redis\.require_persistence=false") as caught:
+                           match=r"redis\.require\.persistence=false") as caught:
             CheckpointStore.for_config(strict).check_persistence()
         assert caught.value.fatal() or not caught.value.retriable()
         relaxed = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:1",
-                                           "app_id": app_id, "redis.url": url,
-                                           "redis.require_persistence": "false"})
+                                           "app.id": app_id, "redis.url": url,
+                                           "redis.require.persistence": "false"})
         CheckpointStore.for_config(relaxed).check_persistence()
     finally:
         admin.acl_deluser(user)

@@ -44,7 +44,7 @@ def _records(topic: str, tag: str, n: int = 20) -> list[OutRecord]:
 
 def _sink(bootstrap: str, redis_url: str, app_id: str, **options: str) -> SinkConfig:
     topic = f"{app_id}-out"
-    config = SinkConfig.from_options({"app_id": app_id, "kafka.bootstrap.servers": bootstrap,
+    config = SinkConfig.from_options({"app.id": app_id, "kafka.bootstrap.servers": bootstrap,
                                       "topic": topic, "redis.url": redis_url, **options})
     prepare(config)
     ensure_topic(bootstrap, topic, 1)
@@ -132,7 +132,7 @@ def test_a_refused_write_leaves_no_checkpoint_behind(kafka_bootstrap: str, redis
 
 
 def test_lease_is_an_option_and_zero_turns_it_off() -> None:
-    options = {"app_id": "lease-opt", "kafka.bootstrap.servers": "127.0.0.1:1",
+    options = {"app.id": "lease-opt", "kafka.bootstrap.servers": "127.0.0.1:1",
                "redis.url": "redis://127.0.0.1:1/0"}
     assert SinkConfig.from_options(options).lease_ms == 60_000
     assert SinkConfig.from_options({**options, "lease.ms": "0"}).lease_ms == 0

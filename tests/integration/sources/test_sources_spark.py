@@ -86,8 +86,12 @@ def test_read_kafka_is_read_committed_and_attaches_ids(spark: Any, kafka_bootstr
     topic = f"{app_id}-in"
     _produce(kafka_bootstrap, topic)
     results = {}
-    for strategy in ("header", "key", "coordinates"):
-        frame = read_kafka(spark, kafka_bootstrap, topic, id_strategy=strategy)
+    for strategy in ("header", "key", "kafka", "coordinates"):
+        if strategy == "coordinates":  # the old name of "kafka", for one more release
+            with pytest.warns(DeprecationWarning, match="'coordinates' is deprecated"):
+                frame = read_kafka(spark, kafka_bootstrap, topic, id_strategy=strategy)
+        else:
+            frame = read_kafka(spark, kafka_bootstrap, topic, id_strategy=strategy)
         name = f"src_{strategy}_{app_id.replace('-', '_')}"
         query = (frame.writeStream.format("memory").queryName(name)
                  .trigger(availableNow=True).start())
@@ -98,8 +102,12 @@ def test_read_kafka_is_read_committed_and_attaches_ids(spark: Any, kafka_bootstr
     assert {v: r["_record_id"] for v, r in results["header"].items()} == {
         "plain0": "hid0", "plain1": "hid1", "plain2": "hid2", "committed": "hid9"}
     assert results["key"]["plain1"]["_record_id"] == "key1"
-    row = results["coordinates"]["committed"]
+    row = results["kafka"]["committed"]
     assert row["_record_id"] == f"{topic}/{row['partition']}/{row['offset']}"
+    assert {v: r["_record_id"] for v, r in results["coordinates"].items()} == \
+        {v: r["_record_id"] for v, r in results["kafka"].items()}
+    none = read_kafka(spark, kafka_bootstrap, topic, id_strategy=None)
+    assert "_record_id" not in none.columns
 
 
 def test_read_files_hashes_columns_into_stable_ids(spark: Any, tmp_path: Path,
@@ -110,7 +118,7 @@ def test_read_files_hashes_columns_into_stable_ids(spark: Any, tmp_path: Path,
     (folder / "b.json").write_text('{"id": "e1", "n": 1}\n{"id": "e3", "n": 1}\n')
     name = f"files_{app_id.replace('-', '_')}"
     frame = read_files(spark, str(folder), format="json", schema="id string, n long",
-                       id_strategy="columns", columns=["id", "n"], max_files_per_trigger=1)
+                       id_strategy="hash", columns=["id", "n"], max_files_per_trigger=1)
     query = frame.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
     query.awaitTermination(120)
     rows = spark.table(name).collect()

@@ -62,3 +62,14 @@ def test_pipeline_file_wait_replicas_maps_to_the_redis_config() -> None:
     auto = dedup_config(parse_pipeline(text.format(-1)), "redis://127.0.0.1:1/0")
     told = dedup_config(parse_pipeline(text.format(2)), "redis://127.0.0.1:1/0")
     assert (auto.redis.wait_replicas, told.redis.wait_replicas) == (None, 2)
+
+
+def test_dotted_sink_options_may_be_written_unquoted() -> None:
+    # TOML reads an unquoted dotted key as nested tables; the sink's options are
+    # dotted names, so the file must hand them on as the names written.
+    pipeline = parse_pipeline(MINIMAL + '[sink.options]\nstrong.productions = "false"\n'
+                              '"kafka.transaction.timeout.ms" = "90000"\n'
+                              'kafka.acks = "all"\nkafka.linger.ms = 7\n')
+    assert pipeline.table("sink")["options"] == {
+        "strong.productions": "false", "kafka.transaction.timeout.ms": "90000",
+        "kafka.acks": "all", "kafka.linger.ms": 7}

@@ -81,7 +81,7 @@ def test_the_real_messages(monkeypatch: pytest.MonkeyPatch,
             "same pipeline") in err
     err = _printed(monkeypatch, capsys, UnsafeSettingError(
         "the checkpoint Redis runs with appendonly=no: ... Enable AOF (CONFIG SET appendonly "
-        "yes) or set option redis.require_persistence=false"))
+        "yes) or set option redis.require.persistence=false"))
     assert "or set redis.require_persistence = false in the pipeline file" in err
     err = _printed(monkeypatch, capsys, UnsafeSettingError(
         "app id 'a' was created with num_shards=4 but this pipeline uses num_shards=8: use "

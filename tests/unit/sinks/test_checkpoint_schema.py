@@ -14,7 +14,7 @@ from sinks.exceptions import CheckpointStateError, SinkError
 from sinks.records import InputLayout
 
 CONFIG = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out",
-                                  "app_id": "app-schema", "redis.url": "redis://127.0.0.1:1/0"})
+                                  "app.id": "app-schema", "redis.url": "redis://127.0.0.1:1/0"})
 
 
 def _replay(monkeypatch: pytest.MonkeyPatch, stored: list[Any]) -> list[Any]:

@@ -29,7 +29,7 @@ from sinks import (
 from sinks.checkpoint import CheckpointStore, decode_batches, encode_batches
 from sinks.records import OutRecord, check_schema, derive_record_id, to_records
 
-BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out", "app_id": "app-1",
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out", "app.id": "app-1",
         "redis.url": "redis://127.0.0.1:6379/0"}
 
 
@@ -39,7 +39,7 @@ def config(**extra: str) -> SinkConfig:
 
 def test_options_parse_like_spark_kafka_sink() -> None:
     cfg = config(**{"kafka.acks": "all", "kafka.sasl.password": "hunter2",
-                    "STRONG_PRODUCTIONS": "false", "checkpointLocation": "/x"})
+                    "STRONG.PRODUCTIONS": "false", "checkpointLocation": "/x"})
     assert cfg.producer_config == {"acks": "all", "sasl.password": "hunter2"}
     assert not cfg.strong_productions
     assert cfg.record_id_column == DEFAULT_ID_COLUMN
@@ -60,11 +60,11 @@ def test_secrets_never_in_repr() -> None:
 
 
 @pytest.mark.parametrize(("options", "words"), [
-    ({"app_id": ""}, "app_id"),
-    ({"app_id": "bad id!"}, "app_id"),
+    ({"app.id": ""}, "app.id"),
+    ({"app.id": "bad id!"}, "app.id"),
     ({"kafka.bootstrap.servers": ""}, "kafka.bootstrap.servers"),
     ({"redis.url": ""}, "redis.url"),
-    ({"strong_productions": "maybe"}, "strong_productions"),
+    ({"strong.productions": "maybe"}, "strong.productions"),
     ({"kafka.key.serializer": "x"}, "kafka.key.serializer"),
     ({"max.batch.duration.ms": "soon"}, "max.batch.duration.ms"),
 ])
@@ -74,7 +74,7 @@ def test_bad_options_name_the_option(options: dict[str, str], words: str) -> Non
 
 
 def test_weak_productions_need_no_redis() -> None:
-    cfg = SinkConfig.from_options({**BASE, "redis.url": "", "strong_productions": "false"})
+    cfg = SinkConfig.from_options({**BASE, "redis.url": "", "strong.productions": "false"})
     assert cfg.redis is None
 
 
@@ -148,7 +148,7 @@ def test_null_record_id_fails_or_goes_to_dead_letters() -> None:
     rows = [_batch([{"value": "a", DEFAULT_ID_COLUMN: None}])]
     with pytest.raises(SinkRecordError, match=f"{DEFAULT_ID_COLUMN}.*batch 7"):
         to_records(rows, config(), check_schema(schema, config()), 7, 0)
-    dlq = config(dead_letter_topic="dlq")
+    dlq = config(**{"dead.letter.topic": "dlq"})
     records, dead = to_records(rows, dlq, check_schema(schema, dlq), 7, 0)
     assert records == [] and [d.topic for d in dead] == ["dlq"]
 
@@ -192,9 +192,9 @@ def test_output_name_gives_each_output_its_own_keys() -> None:
 
 def test_two_foreach_batch_sinks_with_one_output_name_are_refused() -> None:
     app = f"app-registry-{id(object())}"
-    first = ExactlyOnceKafkaForeachBatch({**BASE, "app_id": app, "output.name": "x"})
-    second = ExactlyOnceKafkaForeachBatch({**BASE, "app_id": app, "output.name": "x"})
-    other = ExactlyOnceKafkaForeachBatch({**BASE, "app_id": app, "output.name": "y"})
+    first = ExactlyOnceKafkaForeachBatch({**BASE, "app.id": app, "output.name": "x"})
+    second = ExactlyOnceKafkaForeachBatch({**BASE, "app.id": app, "output.name": "x"})
+    other = ExactlyOnceKafkaForeachBatch({**BASE, "app.id": app, "output.name": "y"})
     first.claim_output()
     first.claim_output()  # the same instance again is fine
     other.claim_output()

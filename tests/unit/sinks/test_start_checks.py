@@ -19,8 +19,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _options(app_id: str) -> dict[str, Any]:
-    return {"kafka.bootstrap.servers": "127.0.0.1:9", "app_id": app_id,
-            "strong_productions": "false"}
+    return {"kafka.bootstrap.servers": "127.0.0.1:9", "app.id": app_id,
+            "strong.productions": "false"}
 
 
 def test_checks_run_once_per_options_within_the_ttl(calls: list[str]) -> None:
