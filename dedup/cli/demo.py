@@ -23,9 +23,9 @@ from typing import Any
 
 from dedup.cli.checks import QUIET_KAFKA
 from dedup.cli.config_file import PipelineFile, parse_pipeline
+from dedup.cli.exceptions import DemoFailedError
 from dedup.cli.pipeline import Addresses, source_done, start_query
 from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
-from dedup.exceptions import DedupError
 
 CRASH_POINT = "sink.before_commit"
 interrupted = [False]
@@ -56,10 +56,6 @@ value_column = "payload"
 master = "local[2]"
 shuffle_partitions = 4
 """
-
-
-class DemoFailedError(DedupError, RuntimeError):
-    """The demo did not reach an exact output (or its crash did not happen)."""
 
 
 @dataclass

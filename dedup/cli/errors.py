@@ -52,6 +52,7 @@ def toolkit_error_classes() -> dict[str, type[DedupError]]:
     """Every error class of the toolkit by name (the roots' subclasses, recursively)."""
     # Import the packages whose errors Spark may carry back from a worker, so
     # their classes are registered as subclasses of the root.
+    import dedup.cli.exceptions  # noqa: F401  (DemoFailedError)
     import sinks.exceptions  # noqa: F401  (KafkaUnavailableError)
     import sources.exceptions  # noqa: F401
 
