@@ -25,17 +25,17 @@ Bits per ID are the filter's ``num_bits / capacity`` against the theory
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import time
 from typing import Any
 
 from benchmarks.common import (
-    Progress,
+    bench_args,
     bench_services,
     percentile,
     poisson_interval,
+    progress,
     redis_cpu_seconds,
     run_metadata,
     write_json,
@@ -196,18 +196,13 @@ def run_cell(redis_url: str, error_rate: float | None, dup_rate: float, capacity
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--capacity", type=int, default=1_000_000,
-                        help="filter capacity per cell (all shards); filled by the end")
-    parser.add_argument("--measured", type=int, default=200_000,
-                        help="records in the measured phase of a cell")
-    parser.add_argument("--batch", type=int, default=10_000)
-    parser.add_argument("--probes", type=int, default=200_000)
-    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.capacity, args.measured, args.probes = 100_000, 40_000, 20_000
-    log = Progress("bloom")
+    args = bench_args(
+        __doc__, argv,
+        full={"capacity": 1_000_000, "measured": 200_000, "batch": 10_000, "probes": 200_000},
+        quick={"capacity": 100_000, "measured": 40_000, "probes": 20_000},
+        helps={"capacity": "filter capacity per cell (all shards); filled by the end",
+               "measured": "records in the measured phase of a cell"})
+    log = progress("bloom")
     cells: list[dict[str, Any]] = []
     with bench_services("bloom") as services:
         variants: list[float | None] = [*ERROR_RATES, None]

@@ -17,7 +17,6 @@ and ``dedup_over_passthrough`` into ``summary.json``. Not part of pytest.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 import time
@@ -25,7 +24,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import merge_summary, operator_skeleton, run_metadata, write_json
+from benchmarks.common import (
+    bench_args,
+    merge_summary,
+    operator_skeleton,
+    run_metadata,
+    write_json,
+)
 from dedup import BloomConfig, DedupConfig, Deduplicator, RedisConfig
 from dedup.local.services import RedisServer
 from dedup.local.spark import local_spark_session
@@ -92,20 +97,12 @@ def run_query(spark: Any, variant: str, input_dir: Path, work: Path, redis_url: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--files", type=int, default=20)
-    parser.add_argument("--files-per-trigger", type=int, default=2)
-    parser.add_argument("--dup-rate", type=float, default=0.05)
-    parser.add_argument("--shuffle-partitions", type=int, default=4)
-    parser.add_argument("--num-shards", type=int, default=16)
-    parser.add_argument("--variants",
-                        default="passthrough,skeleton,dedup,dropduplicates_rocksdb")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
-    args = parser.parse_args()
-    if args.quick:
-        args.records, args.files, args.repeats = 200_000, 4, 1
+    args = bench_args(
+        __doc__, None,
+        full={"records": 2_000_000, "files": 20, "files_per_trigger": 2, "dup_rate": 0.05,
+              "shuffle_partitions": 4, "num_shards": 16,
+              "variants": "passthrough,skeleton,dedup,dropduplicates_rocksdb", "repeats": 2},
+        quick={"records": 200_000, "files": 4, "repeats": 1})
 
     work = Path(tempfile.mkdtemp(prefix="bench-dedup-"))
     spark = local_spark_session("bench-dedup", master="local[2]", with_kafka=False,

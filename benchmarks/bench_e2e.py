@@ -25,7 +25,6 @@ ratio); every run is kept in the JSON. The outputs are read back
 
 from __future__ import annotations
 
-import argparse
 import random
 import uuid
 from pathlib import Path
@@ -35,9 +34,10 @@ from confluent_kafka import Producer
 
 from benchmarks.bench_sink import INPUT_PARTITIONS
 from benchmarks.common import (
-    Progress,
+    bench_args,
     bench_services,
     phase_durations,
+    progress,
     ratio,
     run_metadata,
     run_to_end,
@@ -134,18 +134,13 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=400_000)
-    parser.add_argument("--dup-rate", type=float, default=0.05)
-    parser.add_argument("--per-trigger", type=int, default=50_000)
-    parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=2,
-                        help="interleaved runs per variant; the fastest counts")
-    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.records, args.per_trigger, args.repeats = 60_000, 20_000, 1
-    log = Progress("e2e")
+    args = bench_args(
+        __doc__, argv,
+        full={"records": 400_000, "dup_rate": 0.05, "per_trigger": 50_000, "value_bytes": 100,
+              "repeats": 2},
+        quick={"records": 60_000, "per_trigger": 20_000, "repeats": 1},
+        helps={"repeats": "interleaved runs per variant; the fastest counts"})
+    log = progress("e2e")
     runs: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
     with bench_services("e2e", kafka=True) as services:

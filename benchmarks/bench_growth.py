@@ -15,15 +15,15 @@ between the ID sets, the catch-up journal and the rest. Writes
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 from typing import Any
 
 from benchmarks.common import (
-    Progress,
+    bench_args,
     bench_services,
     percentile,
+    progress,
     redis_cpu_seconds,
     redis_used_memory,
     run_metadata,
@@ -57,15 +57,10 @@ def memory_breakdown(client: Any) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ids", type=int, default=10_000_000)
-    parser.add_argument("--batch", type=int, default=100_000)
-    parser.add_argument("--sample", type=int, default=1_000_000)
-    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.ids, args.batch, args.sample = 400_000, 20_000, 100_000
-    log = Progress("growth")
+    args = bench_args(__doc__, argv,
+                      full={"ids": 10_000_000, "batch": 100_000, "sample": 1_000_000},
+                      quick={"ids": 400_000, "batch": 20_000, "sample": 100_000})
+    log = progress("growth")
     samples: list[dict[str, Any]] = []
     with bench_services("growth") as services:
         cfg = DedupConfig(app_id="growth", redis=RedisConfig(url=services.redis_url),

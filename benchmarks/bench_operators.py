@@ -25,7 +25,6 @@ Writes ``results/operators.json``; ratios to pass-through and dropDuplicates.
 
 from __future__ import annotations
 
-import argparse
 import time
 import uuid
 from pathlib import Path
@@ -34,10 +33,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
-    Progress,
+    bench_args,
     bench_services,
     operator_skeleton,
     phase_durations,
+    progress,
     ratio,
     run_metadata,
     run_to_end,
@@ -152,23 +152,16 @@ def run_variant(spark: Any, variant: str, folder: Path, redis_url: str, workdir:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--files", type=int, default=20)
-    parser.add_argument("--files-per-trigger", type=int, default=2)
-    parser.add_argument("--dup-rate", type=float, default=0.05)
-    parser.add_argument("--window", type=int, default=200_000)
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help="comma-separated; diagnostics: operator_skeleton")
-    parser.add_argument("--output", default="operators.json")
-    parser.add_argument("--repeats", type=int, default=2,
-                        help="interleaved runs per variant; the fastest counts")
-    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.records, args.files, args.window, args.repeats = 200_000, 4, 20_000, 1
+    args = bench_args(
+        __doc__, argv,
+        full={"records": 2_000_000, "files": 20, "files_per_trigger": 2, "dup_rate": 0.05,
+              "window": 200_000, "variants": ",".join(VARIANTS), "output": "operators.json",
+              "repeats": 2},
+        quick={"records": 200_000, "files": 4, "window": 20_000, "repeats": 1},
+        helps={"variants": "comma-separated; diagnostics: operator_skeleton",
+               "repeats": "interleaved runs per variant; the fastest counts"})
     variants = [v for v in args.variants.split(",") if v]
-    log = Progress("operators")
+    log = progress("operators")
     runs: list[dict[str, Any]] = []
     with bench_services("operators") as services:
         data = services.workdir / "input"

@@ -18,7 +18,6 @@ means faster) into ``summary.json``. Not part of pytest::
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import tempfile
@@ -29,7 +28,12 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from benchmarks.common import merge_summary, run_metadata, write_json
+from benchmarks.common import (
+    bench_args,
+    merge_summary,
+    run_metadata,
+    write_json,
+)
 from dedup.local.services import KafkaBroker, RedisServer
 from dedup.local.spark import local_spark_session
 from sinks.kafka_io import ensure_topic
@@ -90,15 +94,10 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--per-trigger", type=int, default=20_000)
-    parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="small smoke sizes")
-    args = parser.parse_args()
-    if args.quick:
-        args.records, args.per_trigger, args.rounds = 20_000, 10_000, 1
+    args = bench_args(__doc__, None,
+                      full={"records": 100_000, "per_trigger": 20_000, "value_bytes": 100,
+                            "rounds": 3},
+                      quick={"records": 20_000, "per_trigger": 10_000, "rounds": 1})
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-sink-"))
     redis_server = RedisServer(workdir / "redis", appendonly=True, appendfsync="everysec")

@@ -8,6 +8,7 @@ them on the way out, also after a failure.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dedup.cli.progress import Progress
 from dedup.local.services import KafkaBroker, RedisServer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -151,16 +153,30 @@ def ratio(numerator: float, denominator: float, digits: int = 3) -> float | None
     return round(numerator / denominator, digits) if denominator else None
 
 
-class Progress:
-    """Prints timestamped progress lines (the full run takes many minutes)."""
+def bench_args(doc: str | None, argv: Sequence[str] | None, full: dict[str, Any],
+               quick: dict[str, Any], helps: dict[str, str] | None = None
+               ) -> argparse.Namespace:
+    """A benchmark script's options: ``--name-with-dashes`` per key of ``full`` (its
+    default; the type follows it), and ``--quick``, whose smoke sizes ``quick`` replace
+    the parsed ones (``run_all --quick`` and the tests use it). The description is the
+    first line of the script's docstring."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    for key, default in full.items():
+        kind = type(default) if isinstance(default, int | float) else str
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=kind, default=default,
+                            help=(helps or {}).get(key, f"default {default}"))
+    parser.add_argument("--quick", action="store_true", help="small smoke sizes: " + ", ".join(
+        f"{key} {value}" for key, value in quick.items()))
+    args = parser.parse_args(argv)
+    if args.quick:
+        for key, value in quick.items():
+            setattr(args, key, value)
+    return args
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.start = time.perf_counter()
 
-    def __call__(self, message: str) -> None:
-        elapsed = time.perf_counter() - self.start
-        print(f"[{self.name} +{elapsed:6.1f}s] {message}", flush=True)
+def progress(name: str) -> Progress:
+    """Timestamped progress lines of a benchmark (a full run takes many minutes)."""
+    return Progress(name=name)
 
 
 def streaming_batches(query: Any) -> list[dict[str, Any]]:

@@ -13,17 +13,26 @@ from typing import Any, TextIO
 
 
 class Progress:
-    """Prints ``[dedup] ...`` lines unless quiet; the summary is printed either way."""
+    """Prints ``[name seconds] ...`` lines unless quiet; the summary is printed either way.
 
-    def __init__(self, quiet: bool = False, stream: TextIO | None = None) -> None:
+    The commands print as ``[dedup ...]``, the benchmarks under their own name;
+    calling the object is :meth:`say`.
+    """
+
+    def __init__(self, quiet: bool = False, stream: TextIO | None = None,
+                 name: str = "dedup") -> None:
         self.quiet = quiet
         self.stream = stream or sys.stdout
+        self.name = name
         self.started = time.monotonic()
 
     def say(self, message: str) -> None:
         if not self.quiet:
-            print(f"[dedup {time.monotonic() - self.started:6.1f}s] {message}",
+            print(f"[{self.name} {time.monotonic() - self.started:6.1f}s] {message}",
                   file=self.stream, flush=True)
+
+    def __call__(self, message: str) -> None:
+        self.say(message)
 
     def always(self, message: str) -> None:
         print(message, file=self.stream, flush=True)
