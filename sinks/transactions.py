@@ -299,6 +299,17 @@ def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfi
                 producer.poll(0.05)  # queue full: let deliveries drain
 
 
+def _fenced_or_abortable(exc: KafkaException) -> KafkaError:
+    """Raise the control-flow signal of a fenced producer or an abortable transaction;
+    otherwise return the error for the caller to classify."""
+    error: KafkaError = exc.args[0]
+    if _is_fenced(error):
+        raise _Fenced() from exc
+    if error.txn_requires_abort():
+        raise _Abortable(str(error)) from exc
+    return error
+
+
 def _commit(producer: Producer, what: str) -> None:
     deadline = time.monotonic() + CALL_TIMEOUT_S
     while True:
@@ -306,11 +317,7 @@ def _commit(producer: Producer, what: str) -> None:
             producer.commit_transaction(CALL_TIMEOUT_S)
             return
         except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if _is_fenced(error):
-                raise _Fenced() from exc
-            if error.txn_requires_abort():
-                raise _Abortable(str(error)) from exc
+            error = _fenced_or_abortable(exc)
             if error.retriable() and not error.fatal() and time.monotonic() < deadline:
                 continue
             raise CommitOutcomeUnknownError(
@@ -386,11 +393,7 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
             if store is not None:
                 store.record_committed(query_id, batch, partition)
     except KafkaException as exc:
-        error: KafkaError = exc.args[0]
-        if _is_fenced(error):
-            raise _Fenced() from exc
-        if error.txn_requires_abort():
-            raise _Abortable(str(error)) from exc
+        _fenced_or_abortable(exc)
         raise _classify(exc, what) from exc
     return False, len(records)
 

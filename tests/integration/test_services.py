@@ -30,22 +30,28 @@ def _transactional_producer(bootstrap: str, txn_id: str) -> Producer:
     return producer
 
 
+def _commit_then_abort(bootstrap: str, app_id: str, topic: str, committed: list[str],
+                       aborted: list[str]) -> None:
+    """One committed transaction of ``committed`` values, then an aborted one whose
+    records really reach the log (flushed before the abort)."""
+    producer = _transactional_producer(bootstrap, f"{app_id}-producer")
+    for values, commit in ((committed, True), (aborted, False)):
+        producer.begin_transaction()
+        for i, value in enumerate(values):
+            producer.produce(topic, key=f"k{i}".encode(), value=value.encode())
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+
 @pytest.mark.kafka
 def test_kafka_commit_is_visible_and_abort_is_not(kafka_bootstrap: str, app_id: str) -> None:
     topic = f"{app_id}-txn"
     ensure_topic(kafka_bootstrap, topic, partitions=2)
-    producer = _transactional_producer(kafka_bootstrap, f"{app_id}-producer")
-
-    producer.begin_transaction()
-    for i in range(100):
-        producer.produce(topic, key=f"k{i}".encode(), value=f"committed-{i}".encode())
-    producer.commit_transaction(30)
-
-    producer.begin_transaction()
-    for i in range(100):
-        producer.produce(topic, key=f"k{i}".encode(), value=f"aborted-{i}".encode())
-    producer.flush(30)  # the aborted records really reach the log
-    producer.abort_transaction(30)
+    _commit_then_abort(kafka_bootstrap, app_id, topic, [f"committed-{i}" for i in range(100)],
+                       [f"aborted-{i}" for i in range(100)])
 
     committed = consume_all(kafka_bootstrap, topic, "read_committed")
     values = sorted(r.value.decode() for r in committed if r.value)
@@ -63,16 +69,8 @@ def test_spark_streaming_reads_through_kafka_connector(
 ) -> None:
     topic = f"{app_id}-in"
     ensure_topic(kafka_bootstrap, topic, partitions=2)
-    producer = _transactional_producer(kafka_bootstrap, f"{app_id}-producer")
-    producer.begin_transaction()
-    for i in range(100):
-        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode())
-    producer.commit_transaction(30)
-    producer.begin_transaction()
-    for i in range(50):
-        producer.produce(topic, value=f"aborted{i}".encode())
-    producer.flush(30)
-    producer.abort_transaction(30)
+    _commit_then_abort(kafka_bootstrap, app_id, topic, [f"v{i}" for i in range(100)],
+                       [f"aborted{i}" for i in range(50)])
 
     stream = (
         spark.readStream.format("kafka")

@@ -53,12 +53,7 @@ def test_example_pipeline_runs_exactly_once(redis_url: str, kafka_bootstrap: str
                                             tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     # The shipped example, verbatim except for names unique to this test.
-    text = example_path().read_text()
-    text = re.sub(r'^app_id = "[^"]*"', f'app_id = "{app_id}"', text, flags=re.MULTILINE)
-    text = re.sub(r'^topic = "[^"]*"', f'topic = "{app_id}-out"', text, flags=re.MULTILINE)
-    assert app_id in text and f"{app_id}-out" in text
-    config = tmp_path / "pipeline.toml"
-    config.write_text(text)
+    config = _example_config(app_id, tmp_path)
     dedup = Path(sys.executable).with_name("dedup")
     env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
     result = subprocess.run(

@@ -9,11 +9,13 @@ so the expected output is still "one copy of each record ID".
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Producer
+from pyspark.errors import StreamingQueryException
 
 from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.verify import VerificationReport, compare
@@ -118,6 +120,20 @@ def run_to_end(df: Any, options: dict[str, str], checkpoint: str,
             query.stop()
     if query.exception() is not None:
         raise AssertionError(f"query failed: {query.exception()}")
+
+
+def run_foreach_batch(df: Any, function: Any, checkpoint: str, timeout: float = 150.0) -> Any:
+    """Run ``foreachBatch(function)`` with ``availableNow``; the query, whose error the
+    caller inspects (a refusal is an expected outcome in some tests)."""
+    query = (df.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    try:
+        with contextlib.suppress(StreamingQueryException):
+            query.awaitTermination(timeout)
+    finally:
+        if query.isActive:
+            query.stop()
+    return query
 
 
 def read_output(bootstrap: str, topic: str, isolation: str = "read_committed"

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.errors import StreamingQueryException
 
 from dedup.failpoints import arm, fired
 from sinks import ExactlyOnceKafkaForeachBatch, read_phase_timings
@@ -17,6 +15,7 @@ from tests.integration.sinks.pipeline import (
     check_exact,
     fill_input,
     read_output,
+    run_foreach_batch,
     sink_options,
 )
 
@@ -52,18 +51,6 @@ def test_foreach_batch_sink_is_exact_after_a_kill(spark: Any, kafka_bootstrap: s
     assert any("produce" in t and t["batch"] == 1 for t in timings)
 
 
-def _run_foreach(df: Any, sink: Any, checkpoint: str) -> Any:
-    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    try:
-        with contextlib.suppress(StreamingQueryException):  # inspected by the caller
-            query.awaitTermination(150)
-    finally:
-        if query.isActive:
-            query.stop()
-    return query
-
-
 def test_a_fixed_query_id_reused_after_a_checkpoint_reset_is_refused(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_path: Path) -> None:
@@ -71,7 +58,7 @@ def test_a_fixed_query_id_reused_after_a_checkpoint_reset_is_refused(
     options = {**sink_options(kafka_bootstrap, topics, app_id, redis_url),
                "query.id": "orders"}
     sink = ExactlyOnceKafkaForeachBatch(options)
-    first = _run_foreach(build_stream(spark, kafka_bootstrap, topics, app_id, redis_url),
+    first = run_foreach_batch(build_stream(spark, kafka_bootstrap, topics, app_id, redis_url),
                          sink, str(tmp_path / "checkpoint-1"))
     assert first.exception() is None, first.exception()
     assert check_exact(kafka_bootstrap, topics.out, expected).ok
@@ -80,7 +67,7 @@ def test_a_fixed_query_id_reused_after_a_checkpoint_reset_is_refused(
     later, more = fill_input(kafka_bootstrap, f"{app_id}-2", records=60, duplicates=0,
                               id_prefix="new")
     later = Topics(later.source, topics.out)
-    second = _run_foreach(
+    second = run_foreach_batch(
         build_stream(spark, kafka_bootstrap, later, f"{app_id}-2", redis_url),
         sink, str(tmp_path / "checkpoint-2"))
     report = check_exact(kafka_bootstrap, topics.out, {**expected, **more})

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pytest
 from pyspark.errors.exceptions.captured import AnalysisException, StreamingQueryException
 
@@ -23,26 +20,15 @@ from sinks.exceptions import (
     UnsafeSinkSettingError,
 )
 from sources.exceptions import SourceConfigError
-from tests.unit.cli.test_spark_errors import DATA, _captured
+from tests.unit.cli.test_spark_errors import (  # _no_jvm: the same autouse fixture here
+    DATA,
+    _captured,
+    _no_jvm,  # noqa: F401
+    _run_raising,
+)
 
 REFUSALS = [ConfigError, UnsafeSettingError, ShardCountMismatchError, AppIdInUseError,
             SinkConfigError, SinkSchemaError, UnsafeSinkSettingError, SourceConfigError]
-
-
-@pytest.fixture(autouse=True)
-def _no_jvm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from pyspark import SparkContext
-
-    monkeypatch.setattr(SparkContext, "_jvm", object())
-    monkeypatch.setenv("DEDUP_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def _run_raising(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> int:
-    def handler(args: Any) -> int:
-        raise error
-
-    monkeypatch.setattr("dedup.cli.run.run_command", handler)
-    return main(["run", "pipeline.toml"])
 
 
 def _worker_text(cls: type[Exception], message: str) -> str:
