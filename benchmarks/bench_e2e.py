@@ -15,6 +15,13 @@ topic, run with ``availableNow``:
 * ``dedup_spark_sink``: dedup, then Spark's Kafka sink -- splits the cost of
   the exactly-once path between the operator and our sink.
 
+Small micro-batches: ``spark_alo`` and ``eos_strong`` again on a topic of
+``small_records`` records read ``small_per_trigger`` (5,000) at a time,
+interleaved ``--repeats`` times: their throughput ratio
+(``e2e_eos_over_alo_kafka_small``) and the ratios of their p50 / p99
+micro-batch durations (``triggerExecution`` of every batch of the fastest
+run: ``batch_latency_p50_eos_over_alo``, ``batch_latency_p99_eos_over_alo``).
+
 Every variant first runs once on a small warm-up topic; then the variants
 run interleaved, ``--repeats`` times each, and the fastest run of each
 counts (the machine is shared, and one slow run would otherwise decide a
@@ -36,6 +43,7 @@ from benchmarks.bench_sink import INPUT_PARTITIONS
 from benchmarks.common import (
     bench_args,
     bench_services,
+    percentile,
     phase_durations,
     progress,
     ratio,
@@ -128,6 +136,8 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
     written = read_observed(bootstrap, out)
     keys = len({value for _, value in written})
     return {"variant": variant, "seconds": round(seconds, 3), "batches": len(batches),
+            "batch_ms": [int((p.get("durationMs") or {}).get("triggerExecution", 0))
+                         for p in batches],
             "input_rows": sum(int(p["numInputRows"]) for p in batches),
             "records_out": len(written), "distinct_out": keys,
             "duration_ms_by_phase": phase_durations(batches)}
@@ -137,18 +147,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = bench_args(
         __doc__, argv,
         full={"records": 400_000, "dup_rate": 0.05, "per_trigger": 50_000, "value_bytes": 100,
-              "repeats": 2},
-        quick={"records": 60_000, "per_trigger": 20_000, "repeats": 1},
+              "repeats": 2, "small_records": 100_000, "small_per_trigger": 5_000},
+        quick={"records": 60_000, "per_trigger": 20_000, "repeats": 1,
+               "small_records": 20_000},
         helps={"repeats": "interleaved runs per variant; the fastest counts"})
     log = progress("e2e")
     runs: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
+    small: list[dict[str, Any]] = []
     with bench_services("e2e", kafka=True) as services:
         bootstrap = services.bootstrap
         distinct = fill_with_duplicates(bootstrap, "bench-e2e-input", args.records,
                                         args.dup_rate, args.value_bytes, seed=3)
         fill_with_duplicates(bootstrap, "bench-e2e-warmup", 10_000, args.dup_rate,
                              args.value_bytes, seed=4)
+        small_distinct = fill_with_duplicates(bootstrap, "bench-e2e-small", args.small_records,
+                                              args.dup_rate, args.value_bytes, seed=5)
         log(f"input topic filled: {args.records:,} records, {distinct:,} distinct")
         from dedup.local.spark import local_spark_session
 
@@ -187,12 +201,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 sweep.append(run)
                 log(f"{variant} at {2 * args.per_trigger:,} per trigger: "
                     f"{run['records_per_s']:.0f} rec/s")
+            for repeat in range(args.repeats):
+                for variant in ("spark_alo", "eos_strong"):
+                    run = run_variant(spark, variant, bootstrap, services.redis_url,
+                                      "bench-e2e-small", args.small_per_trigger,
+                                      services.workdir)
+                    run["repeat"] = repeat
+                    run["per_trigger"] = args.small_per_trigger
+                    run["records_per_s"] = round(args.small_records / run["seconds"], 1)
+                    run["duplicates_out"] = run["records_out"] - run["distinct_out"]
+                    run["output_correct"] = run["distinct_out"] == small_distinct and (
+                        variant == "spark_alo" or run["duplicates_out"] == 0)
+                    small.append(run)
+                    log(f"{variant} at {args.small_per_trigger:,} per trigger (run "
+                        f"{repeat + 1}): {run['records_per_s']:.0f} rec/s, batch p50 "
+                        f"{percentile(run['batch_ms'], 50):.0f} ms, p99 "
+                        f"{percentile(run['batch_ms'], 99):.0f} ms")
         finally:
             spark.stop()
     rate: dict[str, float] = {}
     for run in runs:
         rate[run["variant"]] = max(rate.get(run["variant"], 0.0), run["records_per_s"])
-    wrong = [r["variant"] for r in runs if not r["output_correct"]]
+    wrong = [r["variant"] for r in runs + small if not r["output_correct"]]
+    fastest_small = {v: max((r for r in small if r["variant"] == v),
+                            key=lambda r: r["records_per_s"]) for v in ("spark_alo", "eos_strong")}
+    latency = {v: {"p50_ms": percentile(r["batch_ms"], 50), "p99_ms": percentile(r["batch_ms"], 99)}
+               for v, r in fastest_small.items()}
     if wrong:
         raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
     result = {
@@ -217,6 +251,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "e2e_eos_over_alo_kafka_double_batch": ratio(
             *(next(r["records_per_s"] for r in sweep if r["variant"] == v)
               for v in ("eos_strong", "spark_alo"))) if len(sweep) == 2 else None,
+        "small_batch_setup": {"records": args.small_records, "distinct": small_distinct,
+                              "per_trigger": args.small_per_trigger},
+        "small_batch_runs": small,
+        "small_batch_latency_ms": latency,
+        "e2e_eos_over_alo_kafka_small": ratio(fastest_small["eos_strong"]["records_per_s"],
+                                              fastest_small["spark_alo"]["records_per_s"]),
+        "batch_latency_p50_eos_over_alo": ratio(latency["eos_strong"]["p50_ms"],
+                                                latency["spark_alo"]["p50_ms"]),
+        "batch_latency_p99_eos_over_alo": ratio(latency["eos_strong"]["p99_ms"],
+                                                latency["spark_alo"]["p99_ms"]),
     }
     write_json("e2e.json", result)
     return result

@@ -7,11 +7,20 @@ differs. Variants, run alternately so drift hits all of them alike:
 * ``spark_kafka_sink``: ``format("kafka")`` (at-least-once);
 * ``eos_strong``: ``format("exactly_once_kafka")`` with strong productions
   (rows checkpointed in Redis before the transaction) -- the default;
-* ``eos_weak``: the same with ``strong.productions=false``.
+* ``eos_weak``: the same with ``strong.productions=false``;
+* ``python_alo``: ``format("python_alo_kafka")`` (``benchmarks/python_alo_sink.py``):
+  the same Python data-source path and record conversion with a plain,
+  idempotent, non-transactional producer -- at-least-once written our way, so
+  that "Python" and "exactly-once" are separate lines.
+
+The exactly-once variants also record their phase timings (option
+``timings.path``); the JSON gives p50 / p99 per phase of a partition write.
 
 Writes ``benchmarks/results/sink.json`` and merges
 ``eos_sink_over_spark_kafka_sink`` (strong / Spark, throughput ratio; > 1
-means faster) into ``summary.json``. Not part of pytest::
+means faster), ``eos_sink_over_python_alo_sink`` (strong / python_alo: the
+exactly-once part alone) and ``python_alo_sink_over_spark_kafka_sink`` (the
+Python path alone) into ``summary.json``. Not part of pytest::
 
     .venv/bin/python -m benchmarks.bench_sink [--records 100000] [--rounds 3]
 """
@@ -28,18 +37,21 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from benchmarks import python_alo_sink
 from benchmarks.common import (
     bench_args,
     merge_summary,
+    percentile,
     run_metadata,
     write_json,
 )
 from dedup.local.services import KafkaBroker, RedisServer
 from dedup.local.spark import local_spark_session
+from sinks import read_phase_timings
 from sinks.kafka_io import ensure_topic
 from sinks.verify import read_observed
 
-VARIANTS = ("spark_kafka_sink", "eos_strong", "eos_weak")
+VARIANTS = ("spark_kafka_sink", "eos_strong", "eos_weak", "python_alo")
 INPUT_PARTITIONS = 4
 
 
@@ -71,16 +83,22 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
           .option("maxOffsetsPerTrigger", str(per_trigger)).load()
           .select(sf.col("key"), sf.col("value"),
                   sf.col("key").cast("string").alias("_record_id")))
-    writer = df.writeStream.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
+    checkpoint = str(workdir / f"chk-{variant}-{tag}")
+    timings = workdir / f"timings-{variant}-{tag}.jsonl"
     if variant == "spark_kafka_sink":
-        writer = (writer.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                  .option("topic", out))
-        df = df.drop("_record_id")
+        writer = (df.drop("_record_id").writeStream.format("kafka")
+                  .option("kafka.bootstrap.servers", bootstrap).option("topic", out))
+    elif variant == "python_alo":
+        writer = (df.writeStream.format(python_alo_sink.NAME)
+                  .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+                  .option("app.id", f"bench-{variant}-{tag}"))
     else:
-        writer = (writer.format("exactly_once_kafka")
+        writer = (df.writeStream.format("exactly_once_kafka")
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
                   .option("app.id", f"bench-{variant}-{tag}").option("redis.url", redis_url)
-                  .option("strong.productions", str(variant == "eos_strong").lower()))
+                  .option("strong.productions", str(variant == "eos_strong").lower())
+                  .option("timings.path", str(timings)))
+    writer = writer.option("checkpointLocation", checkpoint)
     start = time.perf_counter()
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
@@ -90,7 +108,23 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
     batches = len(query.recentProgress)
     written = len(read_observed(bootstrap, out))
     return {"variant": variant, "seconds": round(seconds, 3), "records_out": written,
-            "batches": batches}
+            "batches": batches, "phases": read_phase_timings(timings)}
+
+
+def phase_percentiles(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per variant and phase, p50 / p99 milliseconds of one partition write (measured
+    rounds; writes of empty partitions, which skip the transaction, left out)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for variant in {r["variant"] for r in runs if r.get("phases")}:
+        writes = [w for r in runs if r["variant"] == variant for w in r["phases"]
+                  if "produce" in w]
+        names = sorted({k for w in writes for k in w} - {"batch", "partition"})
+        out[variant] = {name: {"p50_ms": percentile([w[name] * 1000 for w in writes
+                                                     if name in w], 50),
+                               "p99_ms": percentile([w[name] * 1000 for w in writes
+                                                     if name in w], 99)}
+                        for name in names}
+    return out
 
 
 def main() -> None:
@@ -112,6 +146,7 @@ def main() -> None:
         import sinks
 
         sinks.register(spark)
+        spark.dataSource.register(python_alo_sink.PythonAloKafkaSink)
         # Warm-up: JVM, Python workers, Kafka producers; not measured.
         for variant in VARIANTS:
             run_variant(spark, variant, bootstrap, redis_server.url, source,
@@ -134,6 +169,8 @@ def main() -> None:
               for v in VARIANTS}
     ratio_strong = round(median["eos_strong"] / median["spark_kafka_sink"], 3)
     ratio_weak = round(median["eos_weak"] / median["spark_kafka_sink"], 3)
+    ratio_eos_alone = round(median["eos_strong"] / median["python_alo"], 3)
+    ratio_python = round(median["python_alo"] / median["spark_kafka_sink"], 3)
     result = {
         "metadata": run_metadata(),
         "setup": {"records": args.records, "per_trigger": args.per_trigger,
@@ -144,13 +181,19 @@ def main() -> None:
         "median_records_per_s": median,
         "eos_sink_over_spark_kafka_sink": ratio_strong,
         "eos_weak_sink_over_spark_kafka_sink": ratio_weak,
-        "runs": runs,
+        "eos_sink_over_python_alo_sink": ratio_eos_alone,
+        "python_alo_sink_over_spark_kafka_sink": ratio_python,
+        "phase_ms_per_partition_write": phase_percentiles(runs),
+        "runs": [{k: v for k, v in r.items() if k != "phases"} for r in runs],
     }
     write_json("sink.json", result)
     merge_summary({"eos_sink_over_spark_kafka_sink": ratio_strong,
-                   "eos_weak_sink_over_spark_kafka_sink": ratio_weak})
+                   "eos_weak_sink_over_spark_kafka_sink": ratio_weak,
+                   "eos_sink_over_python_alo_sink": ratio_eos_alone,
+                   "python_alo_sink_over_spark_kafka_sink": ratio_python})
     print(f"exactly-once sink / Spark Kafka sink throughput: strong {ratio_strong}, "
-          f"weak {ratio_weak}")
+          f"weak {ratio_weak}; exactly-once / Python at-least-once {ratio_eos_alone}; "
+          f"Python at-least-once / Spark {ratio_python}")
 
 
 if __name__ == "__main__":
