@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import KafkaException, Producer
 
+import sinks.transactions as tx
 from dedup.constants import RECORD_ID_HEADER
 from sinks import SinkConfig
 from sinks.admin import abort_transactions, list_transactions, prepare
@@ -223,3 +224,47 @@ def test_a_fenced_cached_producer_is_replaced_quietly(kafka_bootstrap: str, app_
     assert "FATAL" not in console, console
     assert sorted(_ids(kafka_bootstrap, topic)) == sorted(
         [f"id-0-{i}" for i in range(20)] + [f"id-2-{i}" for i in range(20)])
+
+
+def test_a_live_cached_producer_writes_its_next_batch_without_reading_the_marker(
+        kafka_bootstrap: str, app_id: str) -> None:
+    """The marker of a transactional id changes only in transactions of that id, and any
+    other writer of it fences the cached producer first: while the producer is live, the
+    marker is what its own last commit left, so the next write need not read it."""
+    topic = f"{app_id}-out"
+    config = _config(kafka_bootstrap, app_id, topic)
+    first = write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    assert "marker" in first.phases  # a new producer reads the marker
+    second = write_partition(config, _records(topic, 1), "query-a", 1, 0)
+    assert (second.produced, second.skipped) == (20, False)
+    assert "marker" not in second.phases, second.phases
+    # A repeat of the batch it committed is still skipped, from what it knows.
+    assert write_partition(config, _records(topic, 1), "query-a", 1, 0).skipped
+    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(
+        [f"id-0-{i}" for i in range(20)] + [f"id-1-{i}" for i in range(20)])
+
+
+def test_a_stale_cached_producer_retrying_a_batch_another_worker_committed_skips_it(
+        kafka_bootstrap: str, app_id: str) -> None:
+    """The cached producer's own knowledge is stale once another worker committed the
+    batch it is asked to write (Spark re-runs its last batch after a failure): the first
+    call of its transaction reports the fence before anything is produced, and the
+    redo reads the marker and skips. Nothing is written twice."""
+    topic = f"{app_id}-out"
+    config = _config(kafka_bootstrap, app_id, topic)
+    txn_id = config.transactional_id(0)
+    write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    stale = _PRODUCERS.pop(txn_id)  # this worker's producer, set aside
+    known = dict(tx._MARKERS)
+    # Another Python worker writes batch 1 (its own producer fences `stale`).
+    assert write_partition(config, _records(topic, 1), "query-a", 1, 0).produced == 20
+    drop_producer(txn_id)
+    # Spark re-runs batch 1 on this worker, whose cached producer is the stale one.
+    _PRODUCERS[txn_id] = stale
+    tx._MARKERS.update(known)
+    retry = write_partition(config, _records(topic, 1), "query-a", 1, 0)
+    assert retry.skipped and retry.produced == 0
+    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(
+        [f"id-0-{i}" for i in range(20)] + [f"id-1-{i}" for i in range(20)])
+    assert len(_ids(kafka_bootstrap, topic, "read_uncommitted")) == 40, \
+        "the stale producer produced before its fence was reported"
