@@ -44,5 +44,7 @@ def test_failure_free_run_is_exact(spark: Any, kafka_bootstrap: str, redis_url: 
     timed = [t for t in sinks.read_phase_timings(timings) if "produce" in t]
     assert timed, "no phase timings reached the driver"
     for phases in timed:
-        assert {"checkpoint", "producer", "marker", "send_offsets", "commit"} <= set(phases)
+        assert {"checkpoint", "producer", "send_offsets", "commit"} <= set(phases)
         assert phases["total"] >= phases["produce"] + phases["commit"]
+    # A new producer reads the marker; a live cached one knows it.
+    assert any("marker" in phases for phases in timed)
