@@ -12,6 +12,8 @@ topic, run with ``availableNow``:
 * ``eos_strong``: source -> record ID (the key) -> :func:`dedup.deduplicate`
   -> our ``exactly_once_kafka`` sink with strong productions;
 * ``eos_weak``: the same with ``strong.productions=false``;
+* ``eos_foreach_batch``: ``eos_strong`` with the sink's ``foreachBatch`` front end
+  (:class:`sinks.ExactlyOnceKafkaForeachBatch`) instead of the Python data source;
 * ``dedup_spark_sink``: dedup, then Spark's Kafka sink -- splits the cost of
   the exactly-once path between the operator and our sink.
 
@@ -55,7 +57,8 @@ from benchmarks.common import (
 from sinks.kafka_io import ensure_topic
 from sinks.verify import read_observed
 
-VARIANTS = ("spark_alo", "eos_strong", "eos_weak", "dedup_spark_sink")
+VARIANTS = ("spark_alo", "eos_strong", "eos_weak", "eos_foreach_batch", "dedup_spark_sink")
+SMALL_VARIANTS = ("spark_alo", "eos_strong", "eos_foreach_batch")
 SHUFFLE_PARTITIONS = 4
 
 
@@ -125,11 +128,19 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
                         max_offsets_per_trigger=per_trigger)
         cfg = DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url))
         df = deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS)
-        writer = (df.select("key", "value", "_record_id").writeStream
-                  .format("exactly_once_kafka")
-                  .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
-                  .option("app.id", app_id).option("redis.url", redis_url)
-                  .option("strong.productions", str(variant == "eos_strong").lower()))
+        if variant == "eos_foreach_batch":
+            from sinks import ExactlyOnceKafkaForeachBatch
+
+            sink = ExactlyOnceKafkaForeachBatch({
+                "kafka.bootstrap.servers": bootstrap, "topic": out, "app.id": app_id,
+                "redis.url": redis_url})
+            writer = df.select("key", "value", "_record_id").writeStream.foreachBatch(sink)
+        else:
+            writer = (df.select("key", "value", "_record_id").writeStream
+                      .format("exactly_once_kafka")
+                      .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+                      .option("app.id", app_id).option("redis.url", redis_url)
+                      .option("strong.productions", str(variant == "eos_strong").lower()))
     writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
     seconds, query = run_to_end(writer)
     batches = streaming_batches(query)
@@ -202,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 log(f"{variant} at {2 * args.per_trigger:,} per trigger: "
                     f"{run['records_per_s']:.0f} rec/s")
             for repeat in range(args.repeats):
-                for variant in ("spark_alo", "eos_strong"):
+                for variant in SMALL_VARIANTS:
                     run = run_variant(spark, variant, bootstrap, services.redis_url,
                                       "bench-e2e-small", args.small_per_trigger,
                                       services.workdir)
@@ -224,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rate[run["variant"]] = max(rate.get(run["variant"], 0.0), run["records_per_s"])
     wrong = [r["variant"] for r in runs + small if not r["output_correct"]]
     fastest_small = {v: max((r for r in small if r["variant"] == v),
-                            key=lambda r: r["records_per_s"]) for v in ("spark_alo", "eos_strong")}
+                            key=lambda r: r["records_per_s"]) for v in SMALL_VARIANTS}
     latency = {v: {"p50_ms": percentile(r["batch_ms"], 50), "p99_ms": percentile(r["batch_ms"], 99)}
                for v, r in fastest_small.items()}
     if wrong:
@@ -247,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "e2e_eos_weak_over_alo_kafka": ratio(rate["eos_weak"], rate["spark_alo"]),
         "e2e_dedup_spark_sink_over_alo_kafka": ratio(rate["dedup_spark_sink"],
                                                      rate["spark_alo"]),
+        "e2e_eos_foreach_batch_over_alo_kafka": ratio(rate["eos_foreach_batch"],
+                                                      rate["spark_alo"]),
         "double_batch_runs": sweep,
         "e2e_eos_over_alo_kafka_double_batch": ratio(
             *(next(r["records_per_s"] for r in sweep if r["variant"] == v)
@@ -261,6 +274,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                 latency["spark_alo"]["p50_ms"]),
         "batch_latency_p99_eos_over_alo": ratio(latency["eos_strong"]["p99_ms"],
                                                 latency["spark_alo"]["p99_ms"]),
+        "e2e_eos_foreach_batch_over_alo_kafka_small": ratio(
+            fastest_small["eos_foreach_batch"]["records_per_s"],
+            fastest_small["spark_alo"]["records_per_s"]),
+        "batch_latency_p50_eos_foreach_batch_over_alo": ratio(
+            latency["eos_foreach_batch"]["p50_ms"], latency["spark_alo"]["p50_ms"]),
     }
     write_json("e2e.json", result)
     return result

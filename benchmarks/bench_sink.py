@@ -8,6 +8,9 @@ differs. Variants, run alternately so drift hits all of them alike:
 * ``eos_strong``: ``format("exactly_once_kafka")`` with strong productions
   (rows checkpointed in Redis before the transaction) -- the default;
 * ``eos_weak``: the same with ``strong.productions=false``;
+* ``eos_foreach_batch``: the same sink through its ``foreachBatch`` front end
+  (:class:`sinks.ExactlyOnceKafkaForeachBatch`, strong productions), whose
+  partition writes run in a ``mapInArrow`` job instead of a Python data source;
 * ``python_alo``: ``format("python_alo_kafka")`` (``benchmarks/python_alo_sink.py``):
   the same Python data-source path and record conversion with a plain,
   idempotent, non-transactional producer -- at-least-once written our way, so
@@ -51,7 +54,7 @@ from sinks import read_phase_timings
 from sinks.kafka_io import ensure_topic
 from sinks.verify import read_observed
 
-VARIANTS = ("spark_kafka_sink", "eos_strong", "eos_weak", "python_alo")
+VARIANTS = ("spark_kafka_sink", "eos_strong", "eos_weak", "eos_foreach_batch", "python_alo")
 INPUT_PARTITIONS = 4
 
 
@@ -92,6 +95,13 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
         writer = (df.writeStream.format(python_alo_sink.NAME)
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
                   .option("app.id", f"bench-{variant}-{tag}"))
+    elif variant == "eos_foreach_batch":
+        from sinks import ExactlyOnceKafkaForeachBatch
+
+        writer = df.writeStream.foreachBatch(ExactlyOnceKafkaForeachBatch({
+            "kafka.bootstrap.servers": bootstrap, "topic": out,
+            "app.id": f"bench-{variant}-{tag}", "redis.url": redis_url,
+            "timings.path": str(timings)}))
     else:
         writer = (df.writeStream.format("exactly_once_kafka")
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
@@ -171,6 +181,7 @@ def main() -> None:
     ratio_weak = round(median["eos_weak"] / median["spark_kafka_sink"], 3)
     ratio_eos_alone = round(median["eos_strong"] / median["python_alo"], 3)
     ratio_python = round(median["python_alo"] / median["spark_kafka_sink"], 3)
+    ratio_foreach = round(median["eos_foreach_batch"] / median["spark_kafka_sink"], 3)
     result = {
         "metadata": run_metadata(),
         "setup": {"records": args.records, "per_trigger": args.per_trigger,
@@ -183,6 +194,7 @@ def main() -> None:
         "eos_weak_sink_over_spark_kafka_sink": ratio_weak,
         "eos_sink_over_python_alo_sink": ratio_eos_alone,
         "python_alo_sink_over_spark_kafka_sink": ratio_python,
+        "eos_foreach_batch_sink_over_spark_kafka_sink": ratio_foreach,
         "phase_ms_per_partition_write": phase_percentiles(runs),
         "runs": [{k: v for k, v in r.items() if k != "phases"} for r in runs],
     }
@@ -190,10 +202,12 @@ def main() -> None:
     merge_summary({"eos_sink_over_spark_kafka_sink": ratio_strong,
                    "eos_weak_sink_over_spark_kafka_sink": ratio_weak,
                    "eos_sink_over_python_alo_sink": ratio_eos_alone,
-                   "python_alo_sink_over_spark_kafka_sink": ratio_python})
+                   "python_alo_sink_over_spark_kafka_sink": ratio_python,
+                   "eos_foreach_batch_sink_over_spark_kafka_sink": ratio_foreach})
     print(f"exactly-once sink / Spark Kafka sink throughput: strong {ratio_strong}, "
           f"weak {ratio_weak}; exactly-once / Python at-least-once {ratio_eos_alone}; "
-          f"Python at-least-once / Spark {ratio_python}")
+          f"Python at-least-once / Spark {ratio_python}; foreachBatch front end / Spark "
+          f"{ratio_foreach}")
 
 
 if __name__ == "__main__":

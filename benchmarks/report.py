@@ -138,14 +138,25 @@ def _bar(value: float | None, bar: float, goal: float | None = None,
     return text
 
 
+def _ran(result: dict[str, Any]) -> str:
+    """`` (run <date>)`` of one benchmark's result, for its section title."""
+    date = (result.get("metadata") or {}).get("date")
+    return f" (run {date})" if date else ""
+
+
 def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
-    meta = next((d["metadata"] for d in data.values() if "metadata" in d), run_metadata())
+    dated = sorted((d["metadata"] for d in data.values() if "metadata" in d),
+                   key=lambda m: str(m["date"]))
+    meta = dated[-1] if dated else run_metadata()
+    span = (f"{dated[0]['date']} to {meta['date']}" if dated and dated[0]["date"] != meta["date"]
+            else str(meta["date"]))
     lines = [
         "# Benchmark results", "",
-        f"Run: {meta['date']} on {meta['machine']} (Python {meta['python']}, "
-        f"PySpark {meta['pyspark']}, librdkafka {meta['librdkafka']}). "
-        "Regenerate with `python -m benchmarks.run_all`. Every ratio compares "
-        "variants run in the same run on the same input; > 1 means ours is faster.", "",
+        f"Runs: {span} on {meta['machine']} (newest: Python {meta['python']}, "
+        f"PySpark {meta['pyspark']}, librdkafka {meta['librdkafka']}); each section names "
+        "the date of its own run. Regenerate with `python -m benchmarks.run_all`. Every "
+        "ratio compares variants run in the same run on the same input; > 1 means ours "
+        "is faster.", "",
         "## Headline figures (`summary.json`)", "",
         "| figure | value | bar | status |", "|---|---|---|---|",
     ]
@@ -188,7 +199,7 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
     if "operators" in data:
         ops = data["operators"]
         setup = ops["setup"]
-        lines += ["", "## Dedup throughput (Spark, same input)", "",
+        lines += ["", "## Dedup throughput (Spark, same input)" + _ran(data["operators"]), "",
                   f"{setup['records']:,} records ({setup['dup_rate']:.0%} duplicates, "
                   f"{setup['files']} parquet files, {setup['max_files_per_trigger']} per "
                   "micro-batch), local[2], "
@@ -209,7 +220,7 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
     if "e2e" in data:
         e2e = data["e2e"]
         setup = e2e["setup"]
-        lines += ["", "## End to end, Kafka to Kafka", "",
+        lines += ["", "## End to end, Kafka to Kafka" + _ran(data["e2e"]), "",
                   f"{setup['records']:,} input records ({setup['dup_rate']:.0%} re-sent), "
                   f"maxOffsetsPerTrigger {setup['per_trigger']:,}.", "",
                   "| variant | run | seconds | records/s | records out | duplicates out |",
@@ -226,7 +237,7 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
     if "sink" in data:
         sink = data["sink"]
         setup = sink["setup"]
-        lines += ["", "## The sink alone against Spark's Kafka sink", "",
+        lines += ["", "## The sink alone against Spark's Kafka sink" + _ran(data["sink"]), "",
                   f"{setup['records']:,} records, Kafka topic -> Kafka topic, no dedup, "
                   f"{setup['per_trigger']:,} per trigger; {setup['measured']}: "
                   + ", ".join(f"{k} {v:,.0f} records/s"
@@ -245,7 +256,7 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         lines += ["", "![sink](sink.png)"]
     if "dedup_quick" in data:
         quick = data["dedup_quick"]
-        lines += ["", "## Quick dedup check (`bench_dedup`)", "",
+        lines += ["", "## Quick dedup check (`bench_dedup`)" + _ran(data["dedup_quick"]), "",
                   f"{quick['setup']['records']:,} records, {quick['setup']['num_shards']} "
                   "shards; `skeleton` is the operator's Spark shape deciding nothing (the "
                   "floor of its design); best of the interleaved runs: "
@@ -254,7 +265,8 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
                   + f"; ratios {json.dumps(quick['ratios'])}."]
     if "bloom" in data:
         bloom = data["bloom"]
-        lines += ["", "## Bloom false-positive cost", "", f"Level: {bloom['level']}. "
+        lines += ["", "## Bloom false-positive cost" + _ran(bloom), "",
+                  f"Level: {bloom['level']}. "
                   f"Setup: {json.dumps(bloom['setup'])}.", "",
                   "| error rate | dup | records/s | p50 / p99 batch ms | lookups/1000 | "
                   "Redis CPU ms/1000 | FP observed | FP/configured | probe FP/configured | "
@@ -274,7 +286,8 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         lines += ["", "![bloom](bloom.png)"]
     if "growth" in data:
         growth = data["growth"]
-        lines += ["", "## Catalog growth", "", f"Level: {growth['level']}. Memory at the end: "
+        lines += ["", "## Catalog growth" + _ran(growth), "",
+                  f"Level: {growth['level']}. Memory at the end: "
                   f"{json.dumps(growth['memory_breakdown_bytes'])} (ID sets "
                   f"{growth['id_set_bytes_per_id']} B/ID, catch-up journal "
                   f"{growth['journal_bytes_per_id']} B/ID).", "",
