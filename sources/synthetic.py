@@ -73,7 +73,11 @@ class SyntheticStreamReader(DataSourceStreamReader):
     def _advance_to(self, row: int) -> None:
         self.current = row if self.current is None else max(self.current, row)
 
-    def latestOffset(self) -> dict[str, int]:
+    # PySpark 4.2 types latestOffset(start, limit) (admission control); it still
+    # calls this zero-argument form, which 4.0 and 4.1 require. Taking the two
+    # arguments would switch on admission control, where a ReadAllAvailable limit
+    # (availableNow) means all rows at once instead of rows_per_batch per batch.
+    def latestOffset(self) -> dict[str, int]:  # type: ignore[override, unused-ignore]
         if self.current is None:
             self.current = 0
         if self.started_from is None:

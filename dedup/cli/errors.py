@@ -116,6 +116,9 @@ def exception_texts(exc: BaseException, limit: int = 20) -> list[str]:
 
     Follows Python's ``__cause__`` / ``__context__``, PySpark's captured
     ``_cause`` and a Py4J error's Java exception with its ``getCause()`` chain.
+    A captured exception whose ``str()`` needs the JVM (PySpark 4.2's
+    ``PythonException`` asks it for the message parameters) and fails gives
+    its own description instead; its causes are followed all the same.
     """
     texts: list[str] = []
     seen: set[int] = set()
@@ -127,8 +130,12 @@ def exception_texts(exc: BaseException, limit: int = 20) -> list[str]:
         seen.add(id(item))
         try:
             texts.append(str(item) if isinstance(item, BaseException) else str(item.toString()))
-        except Exception:  # a Java object whose JVM is gone: nothing more to read
-            continue
+        except Exception:  # needs a JVM that is not there (any more)
+            if not isinstance(item, BaseException):
+                continue  # a Java object: nothing more to read
+            desc = getattr(item, "_desc", None)
+            if isinstance(desc, str):
+                texts.append(desc)
         if isinstance(item, BaseException):
             todo += [getattr(item, "_cause", None), getattr(item, "java_exception", None),
                      item.__cause__, item.__context__]

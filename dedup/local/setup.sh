@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh Debian machine (run as root or with sudo rights):
-#   * a virtual environment in .venv with this project installed (editable, [dev]);
+#   * a virtual environment in .venv with this project installed (editable, [dev])
+#     and PySpark pinned to DEDUP_SPARK_VERSION;
 #   * Debian's redis-server when it is missing;
 #   * the Kafka broker jars and Spark's Kafka connector jars, from Maven Central,
 #     into .cache/jars/{kafka-broker,spark-kafka-<pyspark version>}.
 # Idempotent: each step leaves a stamp and is skipped when its inputs did not change.
+#
+# Environment:
+#   DEDUP_SPARK_VERSION  PySpark to install (default: the last line of
+#                        dedup/local/spark-version); its Kafka connector must be
+#                        on Maven Central, which is why it is pinned exactly.
+#   DEDUP_VENV           the virtual environment (default .venv; relative paths
+#                        are taken from the repository root), e.g. an older Spark:
+#     DEDUP_SPARK_VERSION=4.0.0 DEDUP_VENV=.venv-4.0.0 bash dedup/local/setup.sh
+#     .venv-4.0.0/bin/python -m pytest tests/integration
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 cache="$repo/.cache"
-venv="$repo/.venv"
+venv="${DEDUP_VENV:-.venv}"
+case "$venv" in /*) ;; *) venv="$repo/$venv" ;; esac
+spark_wanted="${DEDUP_SPARK_VERSION:-$(grep -v '^[[:space:]]*#' dedup/local/spark-version | grep -v '^[[:space:]]*$' | tail -1)}"
 quiet="${DEDUP_SETUP_QUIET:-}"
-mkdir -p "$cache/stamps"
 
 say() { [ -n "$quiet" ] || echo "[setup] $*" >&2; }
 die() { echo "[setup] error: $*" >&2; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: $2"; }
+[[ "$spark_wanted" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] \
+  || die "DEDUP_SPARK_VERSION must be an exact version (major.minor.patch), not '$spark_wanted'"
 
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+mkdir -p "$cache"
 
 # --- system packages -------------------------------------------------------
 need python3 "install Python 3.11 (apt-get install python3 python3-venv)"
@@ -40,19 +54,26 @@ if command -v service >/dev/null 2>&1 && pgrep -f '/usr/bin/redis-server 127.0.0
 fi
 
 # --- Python virtual environment ---------------------------------------------
-py_stamp="$cache/stamps/venv-$(hash_of pyproject.toml)"
+# The stamp lives in the venv (several venvs may share .cache) and names the
+# PySpark version, so choosing another version reinstalls.
+py_stamp="$venv/.dedup-setup-$(cat pyproject.toml <(echo "pyspark==$spark_wanted") | sha256sum | cut -c1-16)"
 if [ ! -x "$venv/bin/python" ] || [ ! -f "$py_stamp" ]; then
-  say "creating virtual environment and installing the project (about a minute on a fresh machine)"
+  say "creating virtual environment ${venv#$repo/} and installing the project with PySpark $spark_wanted (about a minute on a fresh machine)"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  constraints="$cache/constraints-pyspark-$spark_wanted.txt"
+  echo "pyspark==$spark_wanted" >"$constraints"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
-  rm -f "$cache"/stamps/venv-*
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$constraints" -e ".[dev]" \
+    || die "pip could not install the project with pyspark==$spark_wanted (pyproject.toml allows: $(grep -o '"pyspark[^"]*"' pyproject.toml))"
+  rm -f "$venv"/.dedup-setup-*
   touch "$py_stamp"
 fi
 
 # --- jars from Maven Central ------------------------------------------------
 pom="$repo/dedup/local/pom.xml"
 spark_version="$("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)')"
+[ "$spark_version" = "$spark_wanted" ] \
+  || die "${venv#$repo/} has PySpark $spark_version, not $spark_wanted (installed by hand?): remove ${venv#$repo/} and rerun"
 mvn_fetch() {  # profile, output dir, extra args...
   local profile="$1" out="$2"; shift 2
   local stamp="$out/.complete-$(hash_of "$pom")"

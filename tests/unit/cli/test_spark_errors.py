@@ -124,3 +124,21 @@ def test_every_error_class_is_known() -> None:
     known = toolkit_error_classes()
     for cls in (KafkaUnavailableError, ProducerStuckError, SourceConfigError):
         assert known[cls.__name__] is cls
+
+
+def test_a_captured_error_whose_text_needs_a_gone_jvm_still_counts() -> None:
+    # PySpark 4.2's PythonException.__str__ asks the JVM for the error's message
+    # parameters (an AssertionError without a gateway, a Py4J error once the JVM
+    # is gone); PySpark 4.0's did not. Its own description and its cause remain.
+    from dedup.cli.errors import exception_texts
+
+    class NeedsJvm(PythonException):
+        def __str__(self) -> str:
+            raise AssertionError("no gateway")
+
+    worker = _captured(NeedsJvm, (DATA / "python_worker_redis_claim.txt").read_text())
+    inner = _captured(NeedsJvm, "Writing job failed. SQLSTATE: 40000", worker)
+    outer = _captured(StreamingQueryException, "Query terminated with exception", inner)
+    texts = exception_texts(outer)
+    assert texts[1] == "Writing job failed. SQLSTATE: 40000"
+    assert REDIS_LINE in texts[2]
