@@ -342,8 +342,8 @@ def _commit(producer: Producer, what: str) -> None:
 def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch: int,
              partition: int, attempt: int, clock: PhaseClock) -> tuple[bool, int]:
     """One transaction; returns ``(skipped, produced)``. Raises _Abortable / _Fenced."""
-    what = f"sink batch {batch} partition {partition} ({config.transactional_id(partition)})"
     txn_id = config.transactional_id(partition)
+    what = f"sink batch {batch} partition {partition} ({txn_id})"
     with clock("producer"):
         producer, fresh = get_producer(config, partition)
     known = None if fresh else _MARKERS.get(txn_id)
