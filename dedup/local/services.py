@@ -220,10 +220,13 @@ class RedisServer:
     die_with_parent:
         Kill the server when the starting Python process dies (tests), or let
         it outlive it (``dedup services up``).
+    extra_args:
+        Further ``redis-server`` arguments (``--cluster-enabled yes``, ...).
     """
 
     def __init__(self, data_dir: Path, port: int | None = None, appendonly: bool = True,
-                 appendfsync: str = "always", die_with_parent: bool = True) -> None:
+                 appendfsync: str = "always", die_with_parent: bool = True,
+                 extra_args: tuple[str, ...] = ()) -> None:
         if appendfsync not in {"always", "everysec", "no"}:
             raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
         self.data_dir = Path(data_dir)
@@ -231,6 +234,7 @@ class RedisServer:
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.die_with_parent = die_with_parent
+        self.extra_args = tuple(extra_args)
         self._proc: _Process | None = None
 
     @property
@@ -254,7 +258,7 @@ class RedisServer:
             "--dir", str(self.data_dir), "--daemonize", "no", "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", self.appendfsync, "--protected-mode", "yes",
-            "--logfile", "", "--loglevel", "warning",
+            "--logfile", "", "--loglevel", "warning", *self.extra_args,
         ]
         self._proc = _Process(argv, self.data_dir / "redis.log", self.die_with_parent)
         _wait_until(self.ping, timeout, f"redis-server on port {self.port}", self._proc)

@@ -1,0 +1,168 @@
+"""A local Redis Cluster: primaries with one replica each, on free loopback ports.
+
+Built from the same ``redis-server`` binary as :class:`~dedup.local.services.RedisServer`
+(``--cluster-enabled yes``) and joined with ``redis-cli --cluster create``. Every
+node has AOF on with ``appendfsync always``. A short ``cluster-node-timeout``
+lets a replica take over a killed primary within a few seconds, which is what
+the failover tests and the chaos kind need.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from dedup.exceptions import ServiceError
+from dedup.local.paths import require_program
+from dedup.local.services import RedisServer, free_port
+
+
+class LocalRedisCluster:
+    """``primaries`` Redis primaries, each with ``replicas`` replicas, on 127.0.0.1.
+
+    Parameters
+    ----------
+    data_dir:
+        One folder per node is made under it (AOF, ``nodes.conf``, log).
+    primaries, replicas:
+        Cluster shape; ``redis-cli --cluster create`` needs at least 3 primaries.
+    node_timeout_ms:
+        ``cluster-node-timeout``: how long a primary may be unreachable before
+        its replica is promoted.
+    die_with_parent:
+        Kill the nodes when the starting Python process dies.
+    """
+
+    def __init__(self, data_dir: Path, primaries: int = 3, replicas: int = 1,
+                 node_timeout_ms: int = 2000, die_with_parent: bool = True) -> None:
+        if primaries < 3:
+            raise ValueError("a Redis Cluster needs at least 3 primaries")
+        self.data_dir = Path(data_dir)
+        self.primaries = primaries
+        self.replicas = replicas
+        args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", str(node_timeout_ms),
+                # a replica that lost its primary long ago still takes over: the
+                # tests kill primaries whose replicas are in sync
+                "--cluster-replica-validity-factor", "0")
+        self.nodes = [
+            RedisServer(self.data_dir / f"node{i}", port=free_port(), appendonly=True,
+                        appendfsync="always", die_with_parent=die_with_parent,
+                        extra_args=args)
+            for i in range(primaries * (1 + replicas))
+        ]
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://`` URL of the first node (the client discovers the rest)."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+
+    def node(self, port: int) -> RedisServer:
+        """The node listening on ``port``."""
+        for node in self.nodes:
+            if node.port == port:
+                return node
+        raise KeyError(f"no node of this cluster listens on port {port}")
+
+    def start(self, timeout: float = 60.0) -> LocalRedisCluster:
+        """Start every node, create the cluster on first use, wait until it serves all
+        slots. Safe to call when running."""
+        for node in self.nodes:
+            node.start()
+        if not self._created():
+            cli = require_program("redis-cli", "install Debian's package: apt-get install "
+                                  "redis-tools")
+            result = subprocess.run(
+                [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                 "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                capture_output=True, text=True, timeout=120, check=False,
+            )
+            if result.returncode != 0:
+                raise ServiceError(f"redis-cli --cluster create failed ({result.returncode}): "
+                                   f"{(result.stderr or result.stdout).strip()[-800:]}")
+        self.wait_healthy(timeout)
+        return self
+
+    def _created(self) -> bool:
+        return bool(self._info(self.nodes[0]).get("cluster_known_nodes", "1") != "1")
+
+    @staticmethod
+    def _info(node: RedisServer) -> dict[str, str]:
+        import redis
+
+        client = redis.Redis(port=node.port, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            text = client.execute_command("CLUSTER INFO")
+        finally:
+            client.close()
+        if isinstance(text, bytes):
+            text = text.decode()
+        if isinstance(text, dict):
+            return {str(k): str(v) for k, v in text.items()}
+        return dict(line.split(":", 1) for line in str(text).splitlines() if ":" in line)
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        """Wait until every running node reports ``cluster_state:ok`` and each primary
+        has its replicas attached."""
+        deadline = time.monotonic() + timeout
+        last = "not checked"
+        while time.monotonic() < deadline:
+            try:
+                states = [self._info(n).get("cluster_state") for n in self.nodes if n.alive()]
+                layout = self.layout()
+                attached = all(len(r) >= self.replicas for r in layout.values())
+                if states and all(s == "ok" for s in states) and attached \
+                        and len(layout) == self.primaries:
+                    return
+                last = f"states {states}, primaries and replicas {layout}"
+            except Exception as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.3)
+        raise ServiceError(f"Redis Cluster not healthy after {timeout:.0f} s ({last}); see "
+                           f"the logs under {self.data_dir}")
+
+    def layout(self) -> dict[int, list[int]]:
+        """Primary port -> ports of its connected replicas, as the nodes see it now."""
+        import redis
+
+        out: dict[int, list[int]] = {}
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            client = redis.Redis(port=node.port, socket_timeout=2, socket_connect_timeout=2)
+            try:
+                info = client.info("replication")
+            finally:
+                client.close()
+            if info.get("role") == "master":
+                out[node.port] = sorted(
+                    int(v["port"]) for k, v in info.items()
+                    if k.startswith("slave") and isinstance(v, dict)
+                    and v.get("state") == "online")
+        return out
+
+    def primary_port_for_key(self, key: str) -> int:
+        """Port of the primary serving ``key``'s slot now."""
+        client = self.client()
+        try:
+            return int(client.get_node_from_key(key).port)
+        finally:
+            client.close()
+
+    def client(self) -> Any:
+        """A ``redis.cluster.RedisCluster`` client (tests' own reads)."""
+        from redis.cluster import RedisCluster
+
+        return RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=5)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for node in self.nodes:
+            node.stop(timeout)
+
+    def __enter__(self) -> LocalRedisCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

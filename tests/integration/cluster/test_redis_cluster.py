@@ -1,0 +1,112 @@
+"""The ID catalog and the sink's checkpoints on a real Redis Cluster.
+
+Every Lua call's keys share one hash tag, so each call stays in one slot; the
+shards of one app id spread over the primaries. A claim waits (``WAIT``) for the
+replica of the primary that holds its shard, on the connection that wrote it,
+so a failover cannot forget an acknowledged claim.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from dedup import DedupConfig, RedisCatalog, RedisConfig, ReplicaAckError, ShardClaimer
+from dedup.bloom import FilterCache
+from dedup.catalog import decisions_key, state_key
+from dedup.local.redis_cluster import LocalRedisCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.redis, pytest.mark.cluster]
+
+SHARDS = 8
+
+
+def _config(cluster: LocalRedisCluster, app: str, **redis: Any) -> DedupConfig:
+    return DedupConfig(app, RedisConfig(cluster.url, **redis), num_shards=SHARDS)
+
+
+def test_claims_spread_over_primaries_and_stay_in_one_slot(
+        redis_cluster: LocalRedisCluster) -> None:
+    app = f"rc-{uuid.uuid4().hex[:8]}"
+    cfg = _config(redis_cluster, app)
+    catalog = RedisCatalog(cfg)
+    recorded = catalog.check_setup()
+    # every primary has its replica, so claims wait for one
+    assert recorded["replicas"] == "1"
+    claimer = ShardClaimer(cfg, catalog, FilterCache())
+    owners = {redis_cluster.primary_port_for_key(state_key(app, s)) for s in range(SHARDS)}
+    assert len(owners) >= 2, "the app's shards should live on several primaries"
+    for shard in range(SHARDS):
+        ids = [f"s{shard}-{i}" for i in range(50)]
+        first = claimer.claim("q", 0, shard, ids, "q")
+        assert first.kept == frozenset(ids)
+        again = claimer.claim("q", 0, shard, ids, "q")  # a retry replays
+        assert again.replay and again.kept == first.kept
+        later = claimer.claim("q", 1, shard, [*ids, f"s{shard}-new"], "q")
+        assert later.kept == frozenset({f"s{shard}-new"})
+    # the garbage collector's script runs per shard, across slots and nodes
+    assert catalog.commit_progress("q", 1) == SHARDS
+    client = redis_cluster.client()
+    try:
+        assert not client.hexists(decisions_key(app, 0), "q:0")
+        assert client.hexists(decisions_key(app, 0), "q:1")
+    finally:
+        client.close()
+    catalog.release("q")
+
+
+def test_claim_waits_for_the_replica_of_its_own_primary(
+        redis_cluster: LocalRedisCluster) -> None:
+    app = f"rw-{uuid.uuid4().hex[:8]}"
+    cfg = _config(redis_cluster, app, replica_timeout=1.0)
+    catalog = RedisCatalog(cfg)
+    catalog.check_setup()
+    claimer = ShardClaimer(cfg, catalog, FilterCache())
+    primary = redis_cluster.primary_port_for_key(state_key(app, 0))
+    replica = redis_cluster.layout()[primary][0]
+    # a shard on another primary, whose replica keeps running
+    other = next(s for s in range(SHARDS)
+                 if redis_cluster.primary_port_for_key(state_key(app, s)) != primary)
+    frozen = redis_cluster.node(replica).pid
+    assert frozen is not None
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        assert claimer.claim("q", 0, other, ["x"], "q").kept == {"x"}
+        with pytest.raises(ReplicaAckError, match="0 of 1 replicas"):
+            claimer.claim("q", 0, 0, ["y"], "q")
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    # the retry of the batch, once the replica is back, decides the same
+    assert claimer.claim("q", 0, 0, ["y"], "q").kept == {"y"}
+    catalog.release("q")
+
+
+def test_failover_keeps_every_acknowledged_claim(redis_cluster: LocalRedisCluster) -> None:
+    app = f"rf-{uuid.uuid4().hex[:8]}"
+    cfg = _config(redis_cluster, app, replica_timeout=1.0)
+    catalog = RedisCatalog(cfg)
+    catalog.check_setup()
+    claimer = ShardClaimer(cfg, catalog, FilterCache())
+    primary = redis_cluster.primary_port_for_key(state_key(app, 0))
+    ids = [f"a{i}" for i in range(200)]
+    assert claimer.claim("q", 0, 0, ids, "q").kept == frozenset(ids)
+    redis_cluster.node(primary).kill()  # right after the acknowledgement
+    deadline = time.monotonic() + 30
+    while redis_cluster.primary_port_for_key(state_key(app, 0)) == primary:
+        assert time.monotonic() < deadline, "the replica was not promoted"
+        time.sleep(0.5)
+    # The promoted replica has no replica of its own yet: claims fail closed ...
+    with pytest.raises(ReplicaAckError):
+        ShardClaimer(cfg, catalog, FilterCache()).claim("q", 1, 0, [*ids, "b"], "q")
+    # ... until the old primary is back, as the new primary's replica.
+    redis_cluster.node(primary).start()
+    redis_cluster.wait_healthy()
+    fresh = ShardClaimer(cfg, catalog, FilterCache())  # no Bloom filter: asks the catalog
+    later = fresh.claim("q", 1, 0, [*ids, "b"], "q")
+    assert later.kept == frozenset({"b"}), "an acknowledged claim was forgotten"
+    catalog.release("q")
