@@ -46,6 +46,7 @@ from dedup.exceptions import (
     ShardCountMismatchError,
     UnsafeSettingError,
 )
+from dedup.redis_nodes import client_for_key, is_cluster, node_clients, refresh_topology
 
 log = logging.getLogger(__name__)
 
@@ -137,13 +138,54 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
 
 
 @contextmanager
+def _topology_refreshed_on_error(client: Any) -> Iterator[None]:
+    """Re-read a cluster's slot map when a call through a node client fails, so the
+    batch's retry in this worker reaches the slot's new primary after a failover."""
+    try:
+        yield
+    except Exception:
+        refresh_topology(client)
+        raise
+
+
+def _pipelined(client: Any, calls: list[tuple[str, Any]]) -> list[Any]:
+    """Run ``calls`` (routing key, ``fn(pipe)`` queuing one command) in pipelines; the
+    replies in call order. One pipeline for a single Redis; on a cluster one per primary
+    (its node client), since a cluster pipeline refuses scripts. A plain pipeline loads
+    a script a node does not know (a primary promoted since the script was loaded)."""
+    if not is_cluster(client):
+        pipe = client.pipeline(transaction=False)
+        for _key, fn in calls:
+            fn(pipe)
+        return list(pipe.execute())
+    with _topology_refreshed_on_error(client):
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for index, (key, fn) in enumerate(calls):
+            node = client.get_node_from_key(key)
+            pipe, order = groups.setdefault(
+                node.name, (client.get_redis_connection(node).pipeline(transaction=False), []))
+            fn(pipe)
+            order.append(index)
+        replies: list[Any] = [None] * len(calls)
+        for pipe, order in groups.values():
+            for index, reply in zip(order, pipe.execute(), strict=True):
+                replies[index] = reply
+        return replies
+
+
+@contextmanager
 def redis_errors(redis_config: RedisConfig, what: str) -> Iterator[None]:
     """Turn redis-py errors into this toolkit's, naming the (redacted) URL."""
     import redis
+    from redis.exceptions import RedisClusterException
 
     try:
         yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+            # a Redis Cluster in a failover: no primary for a slot yet, or the slot
+            # moved under a node client; the batch's retry finds the new primary
+            redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
+            redis.exceptions.AskError, RedisClusterException) as exc:
         raise CatalogUnavailableError(
             f"Redis at {redact_url(redis_config.url)} is unreachable during {what} "
             f"({type(exc).__name__}: {exc}); the batch fails and Spark retries it. Check that "
@@ -312,13 +354,22 @@ class RedisCatalog:
         """Spark committed ``committed_batch`` of ``query_id``: record it, collect older
         decisions (those of that batch stay until the next one). Safe to repeat."""
         client, scripts = client_and_scripts(self.config.redis)
+
+        app = self.config.app_id
+        calls = [(queries_key(app), lambda pipe: pipe.hset(queries_key(app), query_id,
+                                                           committed_batch))]
+        calls += self._gc_calls(scripts, query_id, committed_batch)
         with redis_errors(self.config.redis, "recording a committed batch"):
-            pipe = client.pipeline(transaction=False)
-            pipe.hset(queries_key(self.config.app_id), query_id, committed_batch)
-            for shard in range(self.config.num_shards):
-                scripts["gc"](keys=[decisions_key(self.config.app_id, shard)],
-                              args=[query_id, committed_batch], client=pipe)
-            return sum(int(x) for x in pipe.execute()[1:])
+            return sum(int(x) for x in _pipelined(client, calls)[1:])
+
+    def _gc_calls(self, scripts: Mapping[str, Any], query_id: str,
+                  before_batch: int) -> list[tuple[str, Any]]:
+        def gc(key: str) -> Any:
+            return lambda pipe: scripts["gc"](keys=[key], args=[query_id, before_batch],
+                                              client=pipe)
+
+        keys = [decisions_key(self.config.app_id, s) for s in range(self.config.num_shards)]
+        return [(key, gc(key)) for key in keys]
 
     def forget_query(self, query_id: str) -> int:
         """Drop every decision of ``query_id`` and its record (its checkpoint is gone).
@@ -389,17 +440,19 @@ class RedisCatalog:
         if required:
             # One round trip: the claim, then WAIT for the replicas to hold it (its
             # rows go on only then, so a failover to a replica cannot forget it).
+            # WAIT counts the writes of its own connection, so both go to the
+            # shard's primary through one pipeline (on a cluster, its node client).
             client, scripts = client_and_scripts(cfg.redis)
-            with redis_errors(cfg.redis, what):
-                pipe = client.pipeline(transaction=False)
+            with redis_errors(cfg.redis, what), _topology_refreshed_on_error(client):
+                node = client_for_key(client, keys[0])
+                pipe = node.pipeline(transaction=False)
                 scripts["claim"](keys=keys, args=args, client=pipe)
                 pipe.wait(required, int(cfg.redis.replica_timeout * 1000))
                 reply, acked = pipe.execute()
-            if reply[0] in (b"REPLAY", "REPLAY"):
-                # A replay wrote nothing on this connection, so the WAIT above may not
-                # cover the recorded decision: write, then wait again.
-                with redis_errors(cfg.redis, what):
-                    pipe = client.pipeline(transaction=False)
+                if reply[0] in (b"REPLAY", "REPLAY"):
+                    # A replay wrote nothing on this connection, so the WAIT above may
+                    # not cover the recorded decision: write, then wait again.
+                    pipe = node.pipeline(transaction=False)
                     pipe.set(ack_key(app, shard), decision, px=60_000)
                     pipe.wait(required, int(cfg.redis.replica_timeout * 1000))
                     acked = pipe.execute()[1]
@@ -474,12 +527,10 @@ class RedisCatalog:
         (docs/design.md, invariant 7).
         """
         client, scripts = client_and_scripts(self.config.redis)
+
+        calls = self._gc_calls(scripts, query_id, before_batch)
         with redis_errors(self.config.redis, "garbage collection"):
-            pipe = client.pipeline(transaction=False)
-            for shard in range(self.config.num_shards):
-                scripts["gc"](keys=[decisions_key(self.config.app_id, shard)],
-                              args=[query_id, before_batch], client=pipe)
-            return sum(int(x) for x in pipe.execute())
+            return sum(int(x) for x in _pipelined(client, calls))
 
     def release(self, query_id: str) -> None:
         """Give up the app id's lease if ``query_id`` holds it (its query stopped).
@@ -573,11 +624,13 @@ class RedisCatalog:
 
 
 def _connected_replicas(client: Any) -> int:
-    """Replicas connected to this Redis now (0 when INFO is refused)."""
+    """Replicas connected to this Redis now, on a cluster the fewest any primary has
+    (every primary holds some shard's claims); 0 when INFO is refused."""
     import redis
 
     try:
-        return int(client.info("replication").get("connected_slaves", 0))
+        return min(int(node.info("replication").get("connected_slaves", 0))
+                   for _name, node in node_clients(client, primaries_only=True))
     except redis.exceptions.ResponseError:
         log.warning("Redis refused INFO replication: claims wait for the replicas recorded "
                     "for the app id, or RedisConfig(wait_replicas)")
@@ -590,6 +643,13 @@ LAYOUT_SETTINGS = ("num_shards", "num_partitions", "placement", "bucket_seconds"
 
 def _check_safe_settings(client: Any, url: str) -> None:
     """Refuse a Redis that may forget claimed IDs; warn when it may lose the last second."""
+
+    for name, node in node_clients(client):
+        # each cluster node: a replica's settings matter once a failover promotes it
+        _check_node_settings(node, f"{url} (node {name})" if name else url)
+
+
+def _check_node_settings(client: Any, url: str) -> None:
     import redis
 
     optout = "or set RedisConfig(require_persistence=False) if you accept the risk"

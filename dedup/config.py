@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.exceptions import ConfigError
+from dedup.redis_nodes import CLUSTER_SCHEMES
 
 APP_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 MAX_SHARDS = 4096
@@ -55,7 +56,9 @@ class RedisConfig:
     ----------
     url:
         ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL; a password in it
-        is passed through and never logged.
+        is passed through and never logged. ``redis+cluster://`` or
+        ``rediss+cluster://`` names one node of a Redis Cluster: the client finds
+        the others, and each claim waits for the replicas of its own primary.
     socket_timeout, connect_timeout:
         Seconds before a call is given up; the batch then fails (fail closed).
     require_persistence:
@@ -85,10 +88,10 @@ class RedisConfig:
 
     def __post_init__(self) -> None:
         scheme = urlsplit(self.url).scheme
-        if scheme not in {"redis", "rediss", "unix"}:
+        if scheme not in {"redis", "rediss", "unix", *CLUSTER_SCHEMES}:
             raise ConfigError(
-                f"redis url {redact_url(self.url)!r} must start with redis://, rediss:// "
-                "or unix://"
+                f"redis url {redact_url(self.url)!r} must start with redis://, rediss://, "
+                "unix://, or redis+cluster:// / rediss+cluster:// for a Redis Cluster"
             )
         if self.socket_timeout <= 0 or self.connect_timeout <= 0:
             raise ConfigError("redis socket_timeout and connect_timeout must be > 0 seconds")
@@ -109,10 +112,26 @@ class RedisConfig:
             f"wait_replicas={self.wait_replicas}, options=<{len(self.options)} keys>)"
         )
 
+    @property
+    def cluster(self) -> bool:
+        """Whether the URL names a Redis Cluster (``redis+cluster://``)."""
+        return urlsplit(self.url).scheme in CLUSTER_SCHEMES
+
     def client(self) -> Any:
-        """A new ``redis.Redis`` client (connections open lazily)."""
+        """A new ``redis.Redis`` client, or a ``redis.cluster.RedisCluster`` for a
+        cluster URL (connections open lazily)."""
         import redis
 
+        if self.cluster:
+            from redis.cluster import RedisCluster
+
+            parts = urlsplit(self.url)
+            return RedisCluster.from_url(
+                urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[parts.scheme])),
+                socket_timeout=self.socket_timeout,
+                socket_connect_timeout=self.connect_timeout,
+                **dict(self.options),
+            )
         return redis.Redis.from_url(
             self.url,
             socket_timeout=self.socket_timeout,

@@ -47,10 +47,12 @@ class LocalRedisCluster:
                 # a replica that lost its primary long ago still takes over: the
                 # tests kill primaries whose replicas are in sync
                 "--cluster-replica-validity-factor", "0")
+        # The bus port is given, not left at port + 10000, which may be taken (or
+        # above 65535 for a free port that high).
         self.nodes = [
             RedisServer(self.data_dir / f"node{i}", port=free_port(), appendonly=True,
                         appendfsync="always", die_with_parent=die_with_parent,
-                        extra_args=args)
+                        extra_args=(*args, "--cluster-port", str(free_port())))
             for i in range(primaries * (1 + replicas))
         ]
 
