@@ -110,3 +110,25 @@ def test_failover_keeps_every_acknowledged_claim(redis_cluster: LocalRedisCluste
     later = fresh.claim("q", 1, 0, [*ids, "b"], "q")
     assert later.kept == frozenset({"b"}), "an acknowledged claim was forgotten"
     catalog.release("q")
+
+
+def test_every_node_must_persist(redis_cluster: LocalRedisCluster) -> None:
+    """A replica without AOF is refused too: a failover would make it the primary."""
+    import redis
+
+    from dedup import UnsafeSettingError
+    from sinks.checkpoint import CheckpointStore
+    from sinks.exceptions import UnsafeSinkSettingError
+
+    app = f"rp-{uuid.uuid4().hex[:8]}"
+    replica = next(iter(redis_cluster.layout().values()))[0]
+    node = redis.Redis(port=replica)
+    node.config_set("appendonly", "no")
+    try:
+        with pytest.raises(UnsafeSettingError, match=f"node 127.0.0.1:{replica}"):
+            RedisCatalog(_config(redis_cluster, app)).check_setup()
+        with pytest.raises(UnsafeSinkSettingError, match=f"127.0.0.1:{replica}"):
+            CheckpointStore(RedisConfig(redis_cluster.url), app).check_persistence()
+    finally:
+        node.config_set("appendonly", "yes")
+        node.close()

@@ -62,7 +62,8 @@ def fill_input(bootstrap: str, app_id: str, records: int = 240, duplicates: int 
 
 
 def build_stream(spark: Any, bootstrap: str, topics: Topics, app_id: str, redis_url: str,
-                 per_trigger: int = 70, transform: Any = None) -> Any:
+                 per_trigger: int = 70, transform: Any = None,
+                 fail_point_dir: str | None = None) -> Any:
     """The streaming DataFrame in front of the sink: key, value, record ID."""
     from pyspark.sql import functions as sf
 
@@ -82,11 +83,12 @@ def build_stream(spark: Any, bootstrap: str, topics: Topics, app_id: str, redis_
     except ImportError:
         df = df.withColumn(DEFAULT_ID_COLUMN, sf.col("key"))
     if dedup_available():
-        from dedup.config import DedupConfig, RedisConfig
+        from dedup.config import DedupConfig, FailPointConfig, RedisConfig
         from dedup.operator import deduplicate
 
         df = deduplicate(df, DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url),
-                                         num_shards=2))
+                                         num_shards=2,
+                                         fail_points=FailPointConfig(fail_point_dir)))
     # A deterministic shuffle by ID: three sink partitions, three transactional ids.
     df = df.repartition(SINK_PARTITIONS, DEFAULT_ID_COLUMN)
     # User code after the shuffle runs in the sink's own tasks, so a task retry
