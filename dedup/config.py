@@ -48,6 +48,14 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
+def _host_port(text: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:port`` for IPv6) of one cluster node, or ConfigError."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"Redis Cluster node {text!r} must be host:port")
+    return host.strip("[]"), int(port)
+
+
 @dataclass(frozen=True)
 class RedisConfig:
     """How to reach the Redis that holds the ID catalog.
@@ -57,8 +65,10 @@ class RedisConfig:
     url:
         ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL; a password in it
         is passed through and never logged. ``redis+cluster://`` or
-        ``rediss+cluster://`` names one node of a Redis Cluster: the client finds
-        the others, and each claim waits for the replicas of its own primary.
+        ``rediss+cluster://`` names nodes of a Redis Cluster, one or several
+        separated by commas (``redis+cluster://h1:6379,h2:6379``: a worker that
+        starts while one is down reaches another); the client finds the rest, and
+        each claim waits for the replicas of its own primary.
     socket_timeout, connect_timeout:
         Seconds before a call is given up; the batch then fails (fail closed).
     require_persistence:
@@ -93,6 +103,13 @@ class RedisConfig:
                 f"redis url {redact_url(self.url)!r} must start with redis://, rediss://, "
                 "unix://, or redis+cluster:// / rediss+cluster:// for a Redis Cluster"
             )
+        hosts = urlsplit(self.url).netloc.rpartition("@")[2]
+        if "," in hosts and scheme not in CLUSTER_SCHEMES:
+            raise ConfigError(f"redis url {redact_url(self.url)!r} names several hosts: only a "
+                              "Redis Cluster URL may (redis+cluster://h1:p1,h2:p2)")
+        if scheme in CLUSTER_SCHEMES:
+            for host in hosts.split(","):
+                _host_port(host)
         if self.socket_timeout <= 0 or self.connect_timeout <= 0:
             raise ConfigError("redis socket_timeout and connect_timeout must be > 0 seconds")
         if self.wait_replicas is not None and (isinstance(self.wait_replicas, bool) or not
@@ -123,12 +140,16 @@ class RedisConfig:
         import redis
 
         if self.cluster:
-            from redis.cluster import RedisCluster
+            from redis.cluster import ClusterNode, RedisCluster
 
             parts = urlsplit(self.url)
+            userinfo, _, hosts = parts.netloc.rpartition("@")
+            first, *others = hosts.split(",")
+            netloc = f"{userinfo}@{first}" if userinfo else first
+            nodes = [ClusterNode(*_host_port(h)) for h in others]
             return RedisCluster.from_url(
-                urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[parts.scheme])),
-                socket_timeout=self.socket_timeout,
+                urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[parts.scheme], netloc=netloc)),
+                startup_nodes=nodes, socket_timeout=self.socket_timeout,
                 socket_connect_timeout=self.connect_timeout,
                 **dict(self.options),
             )

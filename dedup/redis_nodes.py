@@ -39,8 +39,20 @@ def node_clients(client: Any, primaries_only: bool = False) -> list[tuple[str, A
     makes it the primary: what is checked of primaries must hold for it."""
     if not is_cluster(client):
         return [("", client)]
-    nodes = client.get_primaries() if primaries_only else client.get_nodes()
-    return [(node.name, client.get_redis_connection(node)) for node in nodes]
+    out = [(node.name, client.get_redis_connection(node)) for node in client.get_primaries()]
+    if primaries_only:
+        return out
+    # Replicas as each primary lists them: the cluster client learns of a replica
+    # from CLUSTER SLOTS, which a node fills from gossip, some time after it attached.
+    manager = client.nodes_manager
+    for _name, primary in list(out):
+        info = primary.info("replication")
+        for key, value in info.items():
+            if key.startswith("slave") and isinstance(value, dict):
+                host, port = str(value["ip"]), int(value["port"])
+                out.append((f"{host}:{port}", manager.create_redis_node(
+                    host, port, **manager.connection_kwargs)))
+    return out
 
 
 def refresh_topology(client: Any) -> None:

@@ -25,6 +25,7 @@ import io
 from typing import Any
 
 from dedup.constants import KEY_PREFIX
+from dedup.redis_nodes import node_clients
 from sinks.config import sink_identity
 from sinks.exceptions import (
     CheckpointStateError,
@@ -183,10 +184,11 @@ class CheckpointStore:
 
     def _call(self, what: str, fn: Any) -> Any:
         import redis
+        from redis.exceptions import RedisClusterException
 
         try:
             return fn()
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             raise CheckpointUnavailableError(
                 f"could not {what}: {type(exc).__name__}: {exc}; the task fails and Spark "
                 "retries it"
@@ -247,9 +249,12 @@ class CheckpointStore:
         if not self.redis_config.require_persistence:
             return
         import redis
+        from redis.exceptions import RedisClusterException
 
         try:
-            appendonly = self.client.config_get("appendonly").get("appendonly")
+            # every node of a cluster: a failover makes a replica the primary
+            found = {name: node.config_get("appendonly").get("appendonly")
+                     for name, node in node_clients(self.client)}
         except redis.ResponseError as exc:
             # CONFIG disabled or not permitted (managed Redis): persistence cannot
             # be verified, so fail closed as the dedup core does; the operator
@@ -259,13 +264,15 @@ class CheckpointStore:
                 "cannot be verified; if AOF is known to be on (managed Redis), set option "
                 "redis.require.persistence=false"
             ) from exc
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             raise CheckpointUnavailableError(
                 f"checkpoint Redis unreachable: {type(exc).__name__}; check option redis.url"
             ) from exc
-        if appendonly != "yes":
+        off = sorted(name or "" for name, value in found.items() if value != "yes")
+        if off:
+            where = f" (node {', '.join(off)})" if off != [""] else ""
             raise UnsafeSinkSettingError(
-                "the checkpoint Redis runs with appendonly=no: a Redis restart would lose "
+                f"the checkpoint Redis{where} runs with appendonly=no: a Redis restart would lose "
                 "sink checkpoints and let a retry emit different rows. Enable AOF "
                 "(CONFIG SET appendonly yes) or set option redis.require.persistence=false"
             )
@@ -278,6 +285,7 @@ class CheckpointStore:
         Redis errors raise :class:`CheckpointUnavailableError` (the task fails).
         """
         import redis
+        from redis.exceptions import RedisClusterException
 
         key = self.key(query_id, batch, partition)
         try:
@@ -287,7 +295,7 @@ class CheckpointStore:
             if won:
                 return data, True
             stored = self.client.get(key)
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             raise CheckpointUnavailableError(
                 f"could not write the sink checkpoint of batch {batch} partition {partition}: "
                 f"{type(exc).__name__}: {exc}; the task fails and Spark retries it"
@@ -311,6 +319,7 @@ class CheckpointStore:
         Call only for batches Spark has committed. Safe to repeat.
         """
         import redis
+        from redis.exceptions import RedisClusterException
 
         try:
             members = self.client.zrangebyscore(self.index_key, "-inf", f"({before_batch}")
@@ -323,7 +332,7 @@ class CheckpointStore:
                 removed += int(self.client.delete(self.key(qid, int(batch), int(partition))))
                 self.client.zrem(self.index_key, member)
             return removed
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             raise CheckpointUnavailableError(
                 f"sink checkpoint GC failed: {type(exc).__name__}: {exc}"
             ) from exc

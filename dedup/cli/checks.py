@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dedup.config import redact_url
+from dedup.config import RedisConfig, redact_url
 from dedup.exceptions import CatalogUnavailableError, ConfigError
 from sinks.exceptions import KafkaUnavailableError
 
@@ -17,23 +17,28 @@ QUIET_KAFKA: dict[str, Any] = {"log_level": 0, "logger": lambda *args: None}
 def check_redis(url: str, timeout: float = 3.0, what: str = "redis.url") -> None:
     """PING ``url``; raise :class:`CatalogUnavailableError` naming it and the fix."""
     import redis
+    from redis.exceptions import RedisClusterException
 
     if not url:
         raise ConfigError(f"no Redis address: set {what} or {SERVICES_HINT}")
+    config = RedisConfig(url, socket_timeout=timeout, connect_timeout=timeout,
+                         replica_timeout=timeout / 2)
+    client = None
     try:
-        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        # a cluster client reads the slot map here, so this may fail like the PING
+        client = config.client()
+        client.ping()
     except ValueError as exc:
         raise ConfigError(f"{what} {redact_url(url)!r} is not a valid Redis URL: {exc}") from exc
-    try:
-        client.ping()
-    except redis.RedisError as exc:
+    except (redis.RedisError, RedisClusterException) as exc:
         reason = str(exc).split("\n")[0] or type(exc).__name__
         raise CatalogUnavailableError(
             f"cannot reach Redis at {redact_url(url)} ({reason}): {SERVICES_HINT} "
             f"or fix {what}"
         ) from exc
     finally:
-        client.close()
+        if client is not None:
+            client.close()
 
 
 def check_kafka(bootstrap: str, timeout: float = 5.0, what: str = "kafka bootstrap servers",

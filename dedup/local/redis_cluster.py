@@ -58,8 +58,10 @@ class LocalRedisCluster:
 
     @property
     def url(self) -> str:
-        """``redis+cluster://`` URL of the first node (the client discovers the rest)."""
-        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+        """``redis+cluster://`` URL naming every node, so a client can start while any
+        one of them is down."""
+        hosts = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        return f"redis+cluster://{hosts}/0"
 
     def node(self, port: int) -> RedisServer:
         """The node listening on ``port``."""
@@ -155,9 +157,9 @@ class LocalRedisCluster:
 
     def client(self) -> Any:
         """A ``redis.cluster.RedisCluster`` client (tests' own reads)."""
-        from redis.cluster import RedisCluster
+        from dedup.config import RedisConfig
 
-        return RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=5)
+        return RedisConfig(self.url, socket_timeout=5, replica_timeout=2).client()
 
     def stop(self, timeout: float = 10.0) -> None:
         for node in self.nodes:
