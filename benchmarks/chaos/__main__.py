@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.chaos.faults import CRASH_KINDS, FAULT_KINDS, OPERATIONAL_KINDS
+from benchmarks.chaos.faults import CLUSTER_KINDS, CRASH_KINDS, FAULT_KINDS, OPERATIONAL_KINDS
 from benchmarks.chaos.report import (
     MATRIX_NAMES,
     figures,
@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operational", action="store_true",
                         help="the matrix of the operational kinds: --kinds defaults to them "
                              "and --name to chaos_operational")
+    parser.add_argument("--cluster", action="store_true",
+                        help="the matrix of the cluster kinds (a Redis Cluster, three Kafka "
+                             "brokers, a Spark standalone cluster, each started on first "
+                             "use): --kinds defaults to them and --name to chaos_cluster")
     parser.add_argument("--name", default="",
                         help="results file name (JSON + markdown; default chaos, or "
                              "chaos_operational with --operational)")
@@ -51,8 +55,12 @@ def main(argv: list[str] | None = None) -> int:
                              "(to split one matrix over processes; merge the progress files "
                              "and --report-only)")
     args = parser.parse_args(argv)
-    args.name = args.name or ("chaos_operational" if args.operational else "chaos")
-    default_kinds = OPERATIONAL_KINDS if args.operational else CRASH_KINDS
+    if args.operational and args.cluster:
+        parser.error("--operational and --cluster are two matrices: run them one at a time")
+    args.name = args.name or ("chaos_operational" if args.operational else
+                              "chaos_cluster" if args.cluster else "chaos")
+    default_kinds = (OPERATIONAL_KINDS if args.operational else
+                     CLUSTER_KINDS if args.cluster else CRASH_KINDS)
     kinds = [k for k in (args.kinds or ",".join(default_kinds)).split(",") if k]
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:

@@ -7,10 +7,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.chaos.faults import FAULT_KINDS, KNOWN_FAILING, OPERATIONAL_KINDS
+from benchmarks.chaos.faults import CLUSTER_KINDS, FAULT_KINDS, KNOWN_FAILING, OPERATIONAL_KINDS
 from benchmarks.chaos.runner import RunResult
 
-MATRIX_NAMES = ("chaos", "chaos_operational")
+MATRIX_NAMES = ("chaos", "chaos_operational", "chaos_cluster")
 """The matrices whose runs together make the ``chaos_*`` figures of summary.json."""
 
 
@@ -142,6 +142,7 @@ def summary_figures(data: dict[str, Any], others: list[dict[str, Any]] | None = 
         "chaos_runs": sum(m["runs"] for m in matrices),
         "chaos_fault_kinds_hit": len(hit),
         "chaos_operational_kinds_hit": len(hit & set(OPERATIONAL_KINDS)),
+        "chaos_cluster_kinds_hit": len(hit & set(CLUSTER_KINDS)),
         "chaos_losses": sum(m["losses"] for m in matrices),
         "chaos_duplicates": sum(m["duplicates"] for m in matrices),
         "chaos_phantoms": sum(m["phantoms"] for m in matrices),

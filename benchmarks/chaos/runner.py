@@ -118,6 +118,16 @@ class ChaosEnv:
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         })
         self._spark: Any = spark
+        self._redis_cluster: Any = None
+
+    @property
+    def redis_cluster(self) -> Any:
+        """A Redis Cluster (3 primaries, 1 replica each), started on first use."""
+        if self._redis_cluster is None:
+            from dedup.local.redis_cluster import LocalRedisCluster
+
+            self._redis_cluster = LocalRedisCluster(self.workdir / "redis-cluster").start()
+        return self._redis_cluster
 
     def start(self) -> ChaosEnv:
         for server in self.redis.values():
@@ -140,6 +150,8 @@ class ChaosEnv:
         self.kafka.stop()
         for server in self.redis.values():
             server.stop()
+        if self._redis_cluster is not None:
+            self._redis_cluster.stop()
 
 
 def pipeline_text(app_id: str, topic: str, spec: RunSpec, master: str = "local[2,4]",
@@ -248,7 +260,8 @@ class Run:
         self.fp_dir = self.dir / "failpoints"
         self.fp_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint = str(self.dir / "checkpoint")
-        self.redis = env.redis["everysec" if spec.kind == "redis_kill_everysec" else "always"]
+        self.redis = (env.redis_cluster if spec.kind == "redis_primary_kill" else
+                      env.redis["everysec" if spec.kind == "redis_kill_everysec" else "always"])
         self.fault = FaultOutcome(kind=spec.kind)
         self.finished = threading.Event()
         self.component_back = threading.Event()
@@ -277,6 +290,11 @@ class Run:
         if kind in {"redis_kill_always", "redis_kill_everysec"}:
             arm_sync(self.fp_dir, "dedup.after_claim", k, 3)
             return self._redis_kill
+        if kind == "redis_primary_kill":
+            from benchmarks.chaos.cluster_redis import HOLD_S, kill_primary
+
+            arm_sync(self.fp_dir, "dedup.after_claim", k, HOLD_S)
+            return lambda: kill_primary(self)
         if kind == "redis_unreachable":
             arm_sync(self.fp_dir, "dedup.after_claim", k, 1)
             return self._redis_freeze

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos.faults import FAULT_KINDS, KNOWN_FAILING, OPERATIONAL_KINDS
-from benchmarks.chaos.report import figures, markdown
+from benchmarks.chaos.faults import CLUSTER_KINDS, FAULT_KINDS, KNOWN_FAILING, OPERATIONAL_KINDS
+from benchmarks.chaos.report import figures, markdown, summary_figures
 from benchmarks.chaos.runner import ChaosEnv, RunResult, run_one, schedule
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.slow]
@@ -37,9 +37,10 @@ def chaos_env(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos
 
 # Not strict: a known finding may not show in every single run (a failover whose
 # replica happened to be caught up), and CI must not turn red on that luck.
-PARAMS = [pytest.param(s, id=s.kind, marks=[pytest.mark.xfail(
+PARAMS = [pytest.param(s, id=s.kind, marks=([pytest.mark.xfail(
               strict=False, reason=f"known finding: {KNOWN_FAILING[s.kind]}")]
-              if s.kind in KNOWN_FAILING else []) for s in SPECS]
+              if s.kind in KNOWN_FAILING else [])
+              + ([pytest.mark.cluster] if s.kind in CLUSTER_KINDS else [])) for s in SPECS]
 
 
 @pytest.mark.parametrize("spec", PARAMS)
@@ -68,6 +69,7 @@ def test_figures_cover_every_kind() -> None:
         "librdkafka": "x"})
     assert data["fault_kinds_hit"] == len(FAULT_KINDS)
     assert data["operational_kinds_hit"] == len(OPERATIONAL_KINDS)
+    assert summary_figures(data)["chaos_cluster_kinds_hit"] == len(CLUSTER_KINDS)
     clean = [row for kind, row in data["per_kind"].items() if kind not in KNOWN_FAILING]
     assert all((row["losses"], row["duplicates"], row["phantoms"]) == (0, 0, 0)
                for row in clean), data["per_kind"]

@@ -55,15 +55,17 @@ def test_exact_and_refused_are_counted_apart_and_shown(monkeypatch: pytest.Monke
 def test_summary_covers_every_matrix(tmp_path: Path) -> None:
     crash = figures([_result(i, "worker_kill", "exact") for i in range(3)], 7, METADATA)
     (tmp_path / "chaos.json").write_text(json.dumps(crash))
+    cluster = figures([_result(0, "redis_primary_kill", "exact")], 9, METADATA)
+    (tmp_path / "chaos_cluster.json").write_text(json.dumps(cluster))
     operational = figures([_result(0, "restart_shard_count", "refused"),
                            _result(1, "checkpoint_reset", "failed", lost=5)], 8, METADATA)
     others = other_matrices(tmp_path, "chaos_operational")
-    assert [m["runs"] for m in others] == [3]
+    assert [m["runs"] for m in others] == [3, 1]
     summary = summary_figures(operational, others)
-    assert summary == {"chaos_runs": 5, "chaos_fault_kinds_hit": 3,
-                       "chaos_operational_kinds_hit": 2, "chaos_losses": 5,
-                       "chaos_duplicates": 0, "chaos_phantoms": 0}
-    assert other_matrices(tmp_path, "chaos") == []
+    assert summary == {"chaos_runs": 6, "chaos_fault_kinds_hit": 4,
+                       "chaos_operational_kinds_hit": 2, "chaos_cluster_kinds_hit": 1,
+                       "chaos_losses": 5, "chaos_duplicates": 0, "chaos_phantoms": 0}
+    assert [m["runs"] for m in other_matrices(tmp_path, "chaos")] == [1]
 
 
 def test_committed_batches_reads_sparks_commit_log(tmp_path: Path) -> None:

@@ -1,0 +1,55 @@
+"""Chaos kind ``redis_primary_kill``: a Redis Cluster primary killed under a held claim.
+
+The pipeline's catalog and checkpoints live on a local Redis Cluster (3 primaries,
+1 replica each). One dedup task of batch ``k`` is held right after its claim of a
+shard was acknowledged (the claim waited for the replica); the primary serving
+that shard's slot is killed with kill -9. Its replica takes over; claims fail
+closed until the old primary is back, now as the new primary's replica. The
+output must still be exact: the acknowledged claim is on the promoted replica.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dedup.catalog import state_key
+
+HOLD_S = 3.0
+PROMOTION_TIMEOUT_S = 60.0
+
+
+def kill_primary(run: Any) -> None:
+    """The injector of one run (a thread beside the pipeline)."""
+    hit = run._wait_sync("dedup.after_claim")
+    if hit is None:
+        return
+    cluster = run.redis
+    shard = int(hit.get("context", {}).get("shard", 0))
+    key = state_key(run.app_id, shard)
+    port = cluster.primary_port_for_key(key)
+    node = cluster.node(port)
+    pid = node.pid
+    run.component_back.clear()
+    try:
+        node.kill()
+        deadline = time.monotonic() + PROMOTION_TIMEOUT_S
+        promoted = port
+        while promoted == port and time.monotonic() < deadline:
+            time.sleep(0.3)
+            try:
+                promoted = cluster.primary_port_for_key(key)
+            except Exception:  # the cluster is reorganising: ask again
+                promoted = port
+        node.start()  # back, as the promoted node's replica
+        cluster.wait_healthy()
+    finally:
+        run.component_back.set()
+    run.fault.evidence.update({"shard": shard, "killed_primary": port, "killed_pid": pid,
+                               "promoted": promoted})
+    # Hit: the killed process served the held claim's slot, and a replica took it over.
+    run.fault.confirmed = pid is not None and promoted != port
+    run.fault.detail = (f"kill -9 of Redis Cluster primary :{port} (pid {pid}) serving shard "
+                        f"{shard} under a held claim of batch {run.spec.batch}; replica "
+                        f":{promoted} promoted")
+    run._start_clock()
