@@ -33,10 +33,13 @@ class LocalRedisCluster:
         its replica is promoted.
     die_with_parent:
         Kill the nodes when the starting Python process dies.
+    appendfsync:
+        Every node's AOF fsync policy (``always`` or ``everysec``).
     """
 
     def __init__(self, data_dir: Path, primaries: int = 3, replicas: int = 1,
-                 node_timeout_ms: int = 2000, die_with_parent: bool = True) -> None:
+                 node_timeout_ms: int = 2000, die_with_parent: bool = True,
+                 appendfsync: str = "always") -> None:
         if primaries < 3:
             raise ValueError("a Redis Cluster needs at least 3 primaries")
         self.data_dir = Path(data_dir)
@@ -51,7 +54,7 @@ class LocalRedisCluster:
         # above 65535 for a free port that high).
         self.nodes = [
             RedisServer(self.data_dir / f"node{i}", port=free_port(), appendonly=True,
-                        appendfsync="always", die_with_parent=die_with_parent,
+                        appendfsync=appendfsync, die_with_parent=die_with_parent,
                         extra_args=(*args, "--cluster-port", str(free_port())))
             for i in range(primaries * (1 + replicas))
         ]
