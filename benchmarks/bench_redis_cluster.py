@@ -85,11 +85,11 @@ def main() -> None:
                                                       single),
         "dedup_redis_cluster_over_single": ratio(results["cluster"]["records_per_s"], single),
     }
-    report = {"meta": run_metadata(),
+    report = {"metadata": run_metadata(),
               "setup": {**vars(args), "distinct_ids": distinct, "master": "local[2]",
                         "sink": "noop", "redis": "AOF everysec on every node",
                         "cluster": "3 primaries, 1 replica each"},
-              "results": results, "ratios": figures}
+              "results": results, **figures}
     path = write_json("redis_cluster.json", report)
     merge_summary({k: v for k, v in figures.items() if v is not None})
     print(f"wrote {path}: {figures}")

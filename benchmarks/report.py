@@ -25,6 +25,7 @@ HEADLINES = {
             "e2e_eos_over_alo_kafka_double_batch", "e2e_eos_over_alo_kafka_small",
             "batch_latency_p50_eos_over_alo", "batch_latency_p99_eos_over_alo"),
     "growth": ("catalog_bytes_per_id",),
+    "redis_cluster": ("dedup_redis_replica_wait_over_single", "dedup_redis_cluster_over_single"),
     "sink": ("eos_sink_over_spark_kafka_sink", "eos_weak_sink_over_spark_kafka_sink",
              "eos_sink_over_python_alo_sink", "python_alo_sink_over_spark_kafka_sink"),
 }
@@ -192,6 +193,9 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         ("python_alo_sink_over_spark_kafka_sink", "reported (Python data-source path alone)",
          ""),
         ("catalog_bytes_per_id", "reported", ""),
+        ("dedup_redis_replica_wait_over_single",
+         "reported (claims wait for a replica vs one Redis)", ""),
+        ("dedup_redis_cluster_over_single", "reported (Redis Cluster 3x1 vs one Redis)", ""),
     ]
     for key, bar, status in bars:
         if key in figures:
@@ -317,7 +321,7 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
 
 def main() -> dict[str, Any]:
     data = {name: d for name in ("bloom", "operators", "e2e", "growth", "profile_operator",
-                                 "sink", "dedup_quick")
+                                 "sink", "dedup_quick", "redis_cluster")
             if (d := load(name)) is not None}
     figures = summary_figures(data)
     merge_summary(figures)

@@ -4,7 +4,8 @@ Each benchmark runs in its own Python process (its own services and Spark
 session, stopped on the way out), in this order: Bloom FP cost matrix,
 catalog growth, operator profile, the quick dedup throughput check, dedup
 throughput against Spark's operators, the sink alone against Spark's Kafka
-sink, end to end Kafka to Kafka. Then :mod:`benchmarks.report` writes
+sink, end to end Kafka to Kafka, the operator on a Redis replica and a Redis
+Cluster against one Redis. Then :mod:`benchmarks.report` writes
 the plots, ``results/README.md`` and the ``summary.json`` keys. A failing
 benchmark is reported and the others still run; the exit status is 1 then.
 """
@@ -20,7 +21,7 @@ from typing import Any
 from benchmarks.common import run_metadata, write_json
 
 STEPS = ("bench_bloom", "bench_growth", "profile_operator", "bench_dedup", "bench_operators",
-         "bench_sink", "bench_e2e")
+         "bench_sink", "bench_e2e", "bench_redis_cluster")
 
 
 def main(argv: list[str] | None = None) -> int:
