@@ -47,8 +47,8 @@ def start_catalogs(stack: ExitStack, work: Path) -> dict[str, str]:
 def main() -> None:
     args = bench_args(
         __doc__, None,
-        full={"records": 1_000_000, "files": 10, "files_per_trigger": 2, "dup_rate": 0.05,
-              "shuffle_partitions": 4, "num_shards": 16, "repeats": 2},
+        full={"records": 3_000_000, "files": 12, "files_per_trigger": 2, "dup_rate": 0.05,
+              "shuffle_partitions": 4, "num_shards": 16, "repeats": 3},
         quick={"records": 100_000, "files": 4, "repeats": 1})
     say = progress("bench_redis_cluster")
     work = Path(tempfile.mkdtemp(prefix="bench-redis-cluster-"))

@@ -643,13 +643,22 @@ LAYOUT_SETTINGS = ("num_shards", "num_partitions", "placement", "bucket_seconds"
 
 def _check_safe_settings(client: Any, url: str) -> None:
     """Refuse a Redis that may forget claimed IDs; warn when it may lose the last second."""
-
+    lax: dict[str, list[str]] = {}
     for name, node in node_clients(client):
         # each cluster node: a replica's settings matter once a failover promotes it
-        _check_node_settings(node, f"{url} (node {name})" if name else url)
+        fsync = _check_node_settings(node, f"{url} (node {name})" if name else url)
+        if fsync != "always":
+            lax.setdefault(fsync, []).append(name)
+    for fsync, names in lax.items():
+        nodes = f" (nodes {', '.join(names)})" if any(names) else ""
+        log.warning(
+            "Redis at %s%s has appendfsync=%s: a crash of its machine may lose the last "
+            "second of claims, and duplicates of those IDs would pass; appendfsync always "
+            "closes that window", url, nodes, fsync)
 
 
-def _check_node_settings(client: Any, url: str) -> None:
+def _check_node_settings(client: Any, url: str) -> str:
+    """Refuse one node's unsafe settings; return its ``appendfsync``."""
     import redis
 
     optout = "or set RedisConfig(require_persistence=False) if you accept the risk"
@@ -677,8 +686,4 @@ def _check_node_settings(client: Any, url: str) -> None:
             "an evicted ID set lets duplicates through; set maxmemory-policy noeviction (a "
             f"full Redis then fails the batch instead), {optout}"
         )
-    if text.get("appendfsync") != "always":
-        log.warning(
-            "Redis at %s has appendfsync=%s: a crash of its machine may lose the last "
-            "second of claims, and duplicates of those IDs would pass; appendfsync always "
-            "closes that window", url, text.get("appendfsync"))
+    return text.get("appendfsync", "")

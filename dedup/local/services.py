@@ -222,11 +222,17 @@ class RedisServer:
         it outlive it (``dedup services up``).
     extra_args:
         Further ``redis-server`` arguments (``--cluster-enabled yes``, ...).
+    password:
+        ``requirepass``: clients must authenticate (the URL carries it).
+    tls:
+        Certificates (:func:`dedup.local.tls.make_certificates`): the server then
+        speaks only TLS on ``port`` and :attr:`url` is ``rediss://``.
     """
 
     def __init__(self, data_dir: Path, port: int | None = None, appendonly: bool = True,
                  appendfsync: str = "always", die_with_parent: bool = True,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), password: str | None = None,
+                 tls: Any = None) -> None:
         if appendfsync not in {"always", "everysec", "no"}:
             raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
         self.data_dir = Path(data_dir)
@@ -235,11 +241,18 @@ class RedisServer:
         self.appendfsync = appendfsync
         self.die_with_parent = die_with_parent
         self.extra_args = tuple(extra_args)
+        self.password = password
+        self.tls = tls
         self._proc: _Process | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The client URL: ``rediss://`` with the CA as ``ssl_ca_certs`` under TLS, the
+        password in it when one is set (clients redact it: ``dedup.config.redact_url``)."""
+        auth = f":{self.password}@" if self.password else ""
+        if self.tls is not None:
+            return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls.ca}"
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -253,12 +266,21 @@ class RedisServer:
             "redis-server", "install Debian's package: apt-get install redis-server"
         )
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        secured: list[str] = []
+        if self.password:
+            secured += ["--requirepass", self.password, "--masterauth", self.password]
+        if self.tls is not None:
+            secured += ["--port", "0", "--tls-port", str(self.port),
+                        "--tls-cert-file", str(self.tls.cert),
+                        "--tls-key-file", str(self.tls.key),
+                        "--tls-ca-cert-file", str(self.tls.ca), "--tls-auth-clients", "no",
+                        "--tls-replication", "yes", "--tls-cluster", "yes"]
         argv = [
             binary, "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.data_dir), "--daemonize", "no", "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", self.appendfsync, "--protected-mode", "yes",
-            "--logfile", "", "--loglevel", "warning", *self.extra_args,
+            "--logfile", "", "--loglevel", "warning", *secured, *self.extra_args,
         ]
         self._proc = _Process(argv, self.data_dir / "redis.log", self.die_with_parent)
         _wait_until(self.ping, timeout, f"redis-server on port {self.port}", self._proc)

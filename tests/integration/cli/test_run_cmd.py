@@ -10,23 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from dedup.cli.config_file import example_path
 from dedup.cli.main import main
 from dedup.cli.run import EXIT_INCOMPLETE
+from tests.integration.cli.example import example_config
 from tests.integration.cli.jars import jar_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis, pytest.mark.slow]
-
-
-def _example_config(app_id: str, tmp_path: Path) -> Path:
-    text = example_path().read_text()
-    text = re.sub(r'^app_id = "[^"]*"', f'app_id = "{app_id}"', text, flags=re.MULTILINE)
-    text = re.sub(r'^topic = "[^"]*"', f'topic = "{app_id}-out"', text, flags=re.MULTILINE)
-    assert app_id in text and f"{app_id}-out" in text
-    config = tmp_path / "pipeline.toml"
-    config.write_text(text)
-    return config
 
 
 def test_a_finite_run_cut_short_says_so_and_resumes(redis_url: str, kafka_bootstrap: str,
@@ -34,7 +24,7 @@ def test_a_finite_run_cut_short_says_so_and_resumes(redis_url: str, kafka_bootst
     # A finite source must not be reported finished when max_seconds stopped it
     # (nor, before the fix, when a slow batch looked idle): exit 3, then the
     # same command resumes from the checkpoint and the output is exact.
-    config = _example_config(app_id, tmp_path)
+    config = example_config(app_id, tmp_path)
     dedup = Path(sys.executable).with_name("dedup")
     env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
     argv = [str(dedup), "run", str(config), "--redis-url", redis_url, "--bootstrap",
@@ -53,7 +43,7 @@ def test_example_pipeline_runs_exactly_once(redis_url: str, kafka_bootstrap: str
                                             tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     # The shipped example, verbatim except for names unique to this test.
-    config = _example_config(app_id, tmp_path)
+    config = example_config(app_id, tmp_path)
     dedup = Path(sys.executable).with_name("dedup")
     env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
     result = subprocess.run(

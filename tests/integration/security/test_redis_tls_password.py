@@ -21,7 +21,7 @@ import sinks
 from dedup import CatalogUnavailableError, DedupConfig, RedisCatalog, RedisConfig
 from dedup.local.services import RedisServer
 from sinks.config import SinkConfig
-from tests.integration.cli.test_run_cmd import _example_config
+from tests.integration.cli.example import example_config
 from tests.integration.cli.jars import jar_env
 from tests.integration.security.conftest import PASSWORD
 from tests.integration.sinks.pipeline import (
@@ -75,7 +75,7 @@ def test_pipeline_exact_over_tls_with_a_password(spark: Any, kafka_bootstrap: st
 def test_no_output_of_a_run_shows_the_password(secured_redis: RedisServer,
                                                kafka_bootstrap: str, app_id: str,
                                                tmp_path: Path) -> None:
-    config = _example_config(app_id, tmp_path)
+    config = example_config(app_id, tmp_path)
     cache = tmp_path / "cache"
     env = {**os.environ, "DEDUP_CACHE_DIR": str(cache), **jar_env()}
     dedup = Path(sys.executable).with_name("dedup")
