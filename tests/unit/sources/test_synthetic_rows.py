@@ -28,18 +28,25 @@ def test_same_seed_same_rows_and_any_range_replays_identically() -> None:
     assert [r[0] for r in other] != [r[0] for r in whole]
 
 
-def test_duplicates_copy_the_original_content_but_not_seq() -> None:
+def test_duplicates_copy_the_original_id_key_and_time_but_not_payload_or_seq() -> None:
+    # Every copy carries its own payload, so a check that compares payloads with
+    # the failure-free output catches a later copy kept in place of the first.
     opts = SyntheticOptions(seed=1, rows_per_batch=50, duplicate_rate=0.4)
     rows = list(synthetic_rows(opts, 0, 500))
     first: dict[str, tuple[object, ...]] = {}
+    payloads: dict[str, set[object]] = {}
     dups = 0
     for row in rows:
+        assert len(str(row[2])) == opts.payload_bytes
         if row[0] in first:
             dups += 1
-            assert row[1:4] == first[row[0]][1:4]
+            assert (row[1], row[3]) == (first[row[0]][1], first[row[0]][3])
+            assert row[2] not in payloads[row[0]], "two copies with one payload"
             assert row[4] != first[row[0]][4]
         else:
             first[row[0]] = row
+        payloads.setdefault(row[0], set()).add(row[2])
+    assert expected_output(opts, 500) == {rid: row[2] for rid, row in first.items()}
     assert [r[4] for r in rows] == list(range(500))
     assert 0.25 * 450 < dups < 0.55 * 450
     assert all(len(rid) == 32 for rid in first)  # 128-bit IDs
