@@ -7,11 +7,13 @@ without a SparkSession.
 
 Row ``n`` is either an original (a fresh 128-bit ``event_id``) or, with
 probability ``duplicate_rate``, a duplicate of an earlier row: it repeats that
-row's ``event_id``, ``key``, ``payload`` and ``event_time``; only ``seq`` (its
-own position) differs. How far back the original lies is set by
-``duplicate_distance``, measured in logical batches of ``rows_per_batch`` rows
-(row ``n`` belongs to logical batch ``n // rows_per_batch``; the Spark source
-plans its micro-batches on the same boundaries).
+row's ``event_id``, ``key`` and ``event_time``; its ``payload`` and ``seq`` are
+its own (the payload starts with the row's position), so a check that compares
+payloads with the failure-free output tells which copy was kept. How far
+back the original lies is set by ``duplicate_distance``, measured in logical
+batches of ``rows_per_batch`` rows (row ``n`` belongs to logical batch
+``n // rows_per_batch``; the Spark source plans its micro-batches on the same
+boundaries).
 """
 
 from __future__ import annotations
@@ -159,7 +161,12 @@ def duplicate_of(options: SyntheticOptions, n: int) -> int | None:
     batch = n // per
     batch_start = batch * per
     if options.duplicate_distance == "same_batch":
-        low, high = batch_start, n
+        # Within the row's own input partition of the batch (the source splits a
+        # batch into num_partitions contiguous ranges): across partitions the
+        # operator's shuffle defines no first copy, within one it keeps the order.
+        count = max(1, min(options.num_partitions, per))
+        part = ((n - batch_start + 1) * count - 1) // per  # as the source's bounds split
+        low, high = batch_start + part * per // count, n
     elif options.duplicate_distance == "later_batches":
         low, high = max(0, (batch - options.duplicate_gap_batches) * per), batch_start
     else:
@@ -179,15 +186,20 @@ def original_of(options: SyntheticOptions, n: int) -> int:
     return n
 
 
-def _content(options: SyntheticOptions, n: int) -> tuple[str, str, str, datetime]:
+def _content(options: SyntheticOptions, n: int) -> tuple[str, str, datetime]:
     digest = _digest(options.seed, n)
     event_id = digest[:16].hex()
     cdf = _key_cdf(options.num_keys, options.key_skew)
     key_index = min(bisect.bisect_right(cdf, _uniform(digest, 4)), options.num_keys - 1)
-    reps = -(-options.payload_bytes // (len(event_id) + 1))
-    payload = (f"{event_id}|" * reps)[: options.payload_bytes]
     seconds = options.start_time + n * options.event_time_step_ms / 1000.0
-    return event_id, f"k{key_index}", payload, datetime.fromtimestamp(seconds, tz=UTC)
+    return event_id, f"k{key_index}", datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def _payload(options: SyntheticOptions, event_id: str, n: int) -> str:
+    # The row's own position first: copies of one ID differ (given payload_bytes
+    # above the position's digits), the original's payload is the expected one.
+    unit = f"{n}|{event_id}|"
+    return (unit * -(-options.payload_bytes // len(unit)))[: options.payload_bytes]
 
 
 def synthetic_rows(options: SyntheticOptions, start: int, end: int) -> Iterator[SyntheticRow]:
@@ -197,8 +209,8 @@ def synthetic_rows(options: SyntheticOptions, start: int, end: int) -> Iterator[
     is identical to its first run.
     """
     for n in range(start, end):
-        event_id, key, payload, event_time = _content(options, original_of(options, n))
-        yield event_id, key, payload, event_time, n
+        event_id, key, event_time = _content(options, original_of(options, n))
+        yield event_id, key, _payload(options, event_id, n), event_time, n
 
 
 def expected_output(options: SyntheticOptions, total_rows: int | None = None,
