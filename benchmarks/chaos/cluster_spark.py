@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.chaos.faults import ancestor_with, arm_sync
+from dedup.exceptions import ServiceError
 from dedup.local.spark_cluster import SparkStandaloneCluster
 
 if TYPE_CHECKING:
@@ -95,6 +96,9 @@ def _kill_worker(run: Run) -> None:
                         f"(pid {executor}) holding partition "
                         f"{hit.get('context', {}).get('partition', '?')} of batch "
                         f"{run.spec.batch}")
-    spark.start_worker(index)
-    run.fault.evidence["worker_restarted"] = spark.worker_pid(index)
+    try:
+        spark.start_worker(index)
+        run.fault.evidence["worker_restarted"] = spark.worker_pid(index)
+    except ServiceError as exc:  # the run goes on with one worker; say so
+        run.fault.evidence["worker_restart_error"] = str(exc).splitlines()[0]
     run._start_clock()
