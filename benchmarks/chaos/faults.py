@@ -55,8 +55,10 @@ FAULT_KINDS: dict[str, str] = {
     # Cluster kinds: a part of a multi-node service fails and another takes over.
     "redis_primary_kill": "kill -9 of the Redis Cluster primary serving a held claim's shard; "
                           "its replica takes over, the old primary returns as a replica",
+    "spark_worker_kill": "kill -9 of a Spark standalone worker and its executor mid-batch "
+                         "(a lost node), worker restarted",
 }
-CLUSTER_KINDS = ("redis_primary_kill",)
+CLUSTER_KINDS = ("redis_primary_kill", "spark_worker_kill")
 OPERATIONAL_KINDS = ("restart_shuffle_partitions", "restart_shard_count",
                      "restart_bucket_seconds", "checkpoint_reset", "second_pipeline",
                      "redis_maxmemory", "redis_failover_lagging_replica",
@@ -65,7 +67,7 @@ CRASH_KINDS = tuple(k for k in FAULT_KINDS if k not in OPERATIONAL_KINDS + CLUST
 # Kinds whose check fails for a known reason (a finding, reported with its
 # numbers); the check itself is not weakened, the report marks them.
 KNOWN_FAILING: dict[str, str] = {}
-SUBPROCESS_KINDS = {"driver_kill", "executor_kill"}
+SUBPROCESS_KINDS = {"driver_kill", "executor_kill", "spark_worker_kill"}
 WORKER_KILL_POINTS = ("dedup.after_claim", "sink.after_checkpoint", "sink.mid_produce",
                       "sink.before_commit", "sink.after_commit")
 TXN_TIMEOUT_MS = 6000

@@ -28,7 +28,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from benchmarks.chaos import cluster_spark
 from benchmarks.chaos.faults import (
+    CLUSTER_KINDS,
     FAULT_KINDS,
     OPERATIONAL_KINDS,
     SUBPROCESS_KINDS,
@@ -147,6 +149,7 @@ class ChaosEnv:
     def stop(self) -> None:
         if self._spark is not None and self._owns_spark:
             self._spark.stop()
+        cluster_spark.stop_cluster()
         self.kafka.stop()
         for server in self.redis.values():
             server.stop()
@@ -310,6 +313,8 @@ class Run:
         if kind == "executor_kill":
             arm_sync(self.fp_dir, "dedup.after_claim", k, 5)
             return self._executor_kill
+        if kind in CLUSTER_KINDS:
+            return cluster_spark.prepare(self)
         raise ValueError(f"unknown fault kind {kind!r}")
 
     def _wait_sync(self, name: str) -> dict[str, Any] | None:
@@ -481,6 +486,8 @@ def run_to_end(run: Run, start: Callable[[], Any], back: threading.Event | None 
 def run_subprocess(run: Run) -> int:
     """Run ``dedup run`` in a child process (killable driver); return the restarts."""
     master = "local-cluster[2,1,1024]" if run.spec.kind == "executor_kill" else "local[2,4]"
+    if run.spec.kind in CLUSTER_KINDS:
+        master = cluster_spark.master_url(run)
     config = run.dir / "pipeline.toml"
     config.write_text(pipeline_text(run.app_id, run.topic, run.spec, master=master))
     bootstrap = run.env.kafka.bootstrap_servers

@@ -38,6 +38,8 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (source and sink)")
     parser.add_argument("--checkpoint", help="Spark checkpoint folder "
                         "(default: <cache>/runs/<app_id>/checkpoint)")
+    parser.add_argument("--master", help="Spark master URL, e.g. spark://host:7077 for a "
+                        "standalone cluster (overrides run.master)")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="stop after this long (overrides run.max_seconds)")
     parser.add_argument("--verify", action="store_true",
@@ -65,16 +67,17 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
     sink = pipeline.table("sink")
     base = cache_dir() / "runs" / pipeline.app_id
     checkpoint = args.checkpoint or pipeline.tables[""]["checkpoint"] or str(base / "checkpoint")
+    master = getattr(args, "master", None) or run["master"]
     if sink["type"] == "kafka":
         ensure_topic(addresses.sink_bootstrap, sink["topic"], sink["partitions"],
                      client_config=QUIET_KAFKA)
     progress.say(f"pipeline {pipeline.app_id}: {pipeline.table('source')['type']} source -> "
                  f"{'dedup -> ' if pipeline.table('dedup')['enabled'] else ''}"
                  f"{sink['type']} sink {sink['topic'] or ''}; checkpoint {checkpoint}")
-    progress.say(f"starting Spark ({run['master']}); Spark's log: {base / 'logs'}")
+    progress.say(f"starting Spark ({master}); Spark's log: {base / 'logs'}")
     with stderr_to_file(base / "logs" / "stderr.log", enabled=not args.debug):
         spark = cli_spark_session(base / "logs", app_name=f"dedup-run-{pipeline.app_id}",
-                                  master=run["master"],
+                                  master=master,
                                   shuffle_partitions=run["shuffle_partitions"], debug=args.debug)
         try:
             started, watcher, stopped_by = _stream(spark, pipeline, addresses, checkpoint,

@@ -3,10 +3,12 @@
 from dedup.local.paths import kafka_broker_jars, repo_root, spark_kafka_connector_jars
 from dedup.local.services import KafkaBroker, RedisServer, free_port
 from dedup.local.spark import local_spark_session
+from dedup.local.spark_cluster import SparkStandaloneCluster
 
 __all__ = [
     "KafkaBroker",
     "RedisServer",
+    "SparkStandaloneCluster",
     "free_port",
     "kafka_broker_jars",
     "local_spark_session",

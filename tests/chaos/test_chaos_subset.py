@@ -37,6 +37,8 @@ def chaos_env(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos
 
 # Not strict: a known finding may not show in every single run (a failover whose
 # replica happened to be caught up), and CI must not turn red on that luck.
+# The cluster kinds (a Redis Cluster, three brokers, a Spark standalone cluster) also
+# carry the cluster mark.
 PARAMS = [pytest.param(s, id=s.kind, marks=([pytest.mark.xfail(
               strict=False, reason=f"known finding: {KNOWN_FAILING[s.kind]}")]
               if s.kind in KNOWN_FAILING else [])

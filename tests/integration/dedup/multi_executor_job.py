@@ -1,7 +1,9 @@
 """Run the operator on ``local-cluster[2,1,1024]`` (two executor processes).
 
 Invoked as a subprocess by test_multi_executor.py because a test process can
-hold only one SparkContext. argv: redis_url app_id input_dir checkpoint out_json.
+hold only one SparkContext. argv: redis_url app_id input_dir checkpoint out_json
+[master]; the optional master (default ``local-cluster[2,1,1024]``) is how
+tests/integration/cluster runs the same job on a standalone cluster.
 Several streaming batches whose shards land on different executors make the
 Bloom filters of the two executors go stale in turn.
 """
@@ -17,13 +19,14 @@ from typing import Any
 
 def main() -> None:
     redis_url, app_id, input_dir, checkpoint, out_path = sys.argv[1:6]
+    master = sys.argv[6] if len(sys.argv) > 6 else "local-cluster[2,1,1024]"
     import pyspark
 
     from dedup import BloomConfig, DedupConfig, Deduplicator, RedisConfig
     from dedup.local.spark import local_spark_session
 
     os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
-    spark = local_spark_session("dedup-multi-executor", master="local-cluster[2,1,1024]",
+    spark = local_spark_session("dedup-multi-executor", master=master,
                                 shuffle_partitions=4, with_kafka=False,
                                 conf={"spark.executor.memory": "512m"})
     # executors register asynchronously (slowly on a loaded machine): wait for both
