@@ -28,7 +28,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from benchmarks.chaos import cluster_kafka
 from benchmarks.chaos.faults import (
+    CLUSTER_KINDS,
     FAULT_KINDS,
     OPERATIONAL_KINDS,
     SUBPROCESS_KINDS,
@@ -138,6 +140,7 @@ class ChaosEnv:
         if self._spark is not None and self._owns_spark:
             self._spark.stop()
         self.kafka.stop()
+        cluster_kafka.stop()
         for server in self.redis.values():
             server.stop()
 
@@ -264,6 +267,8 @@ class Run:
     def prepare(self) -> Callable[[], None] | None:
         """Arm the fail-points of this run; return the injector to run in a thread."""
         kind, k = self.spec.kind, self.spec.batch
+        if kind in CLUSTER_KINDS:
+            return cluster_kafka.prepare(self)
         if kind in {"worker_kill", "dup90_tiny_bloom"}:
             point = self.spec.point if kind == "worker_kill" else "dedup.after_claim"
             arm(self.fp_dir, point, "kill", match={"batch": k})
@@ -499,12 +504,14 @@ def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:
     """Execute one scheduled run and verify its output. Never raises."""
     from sources.synthetic_rows import SyntheticOptions, expected_output
 
+    env = cluster_kafka.env_for(env) if spec.kind in CLUSTER_KINDS else env
     run = Run(env, spec)
     started = time.monotonic()
     result = RunResult(spec=spec, fault=run.fault)
     injector: threading.Thread | None = None
     try:
-        ensure_topic(env.kafka.bootstrap_servers, run.topic, partitions=2)
+        ensure_topic(env.kafka.bootstrap_servers, run.topic, partitions=2,
+                     replication_factor=3 if spec.kind in CLUSTER_KINDS else 1)
         inject = None if spec.kind in OPERATIONAL_KINDS else run.prepare()
         if inject is not None:
             injector = threading.Thread(target=inject, daemon=True)
