@@ -107,6 +107,7 @@ def _kill_during_hold(run: Run, point: str) -> None:
     evidence = run.fault.evidence
     role = "leader" if run.spec.kind == "kafka_leader_kill" else "coordinator"
     node: int | None = None
+    clock: threading.Thread | None = None
     try:
         time.sleep(1.0)  # the batch's other writes commit; the held one stays open
         open_parts = open_transaction_partitions(kafka.bootstrap_servers, run.topic)
@@ -115,6 +116,8 @@ def _kill_during_hold(run: Run, point: str) -> None:
         if node is None:
             run.fault.detail = f"no {role} to kill: no open transaction on {run.topic}"
             return
+        # Read before the kill: afterwards the dead leader leaves no reading for a while.
+        baseline = run.clock.committed_end()
         pid = kafka.pid(node)
         still = _pick(run, kafka, context, open_parts) == node
         killed = kafka.kill(node)
@@ -125,8 +128,8 @@ def _kill_during_hold(run: Run, point: str) -> None:
                         held_write_in_flight=in_hold and held_alive)
         run.fault.confirmed = (still and killed is not None and killed == pid
                                and in_hold and held_alive)
-        # the recovery clock's baseline is the committed output at the kill
-        threading.Thread(target=run._start_clock, daemon=True).start()
+        clock = threading.Thread(target=_measure_recovery, args=(run, baseline), daemon=True)
+        clock.start()
         run.fault.detail = (f"kill -9 of node {node} (pid {killed}), the {role} of the held "
                             f"write at {point} (batch {context.get('batch')}, partition "
                             f"{context.get('partition')}; open output partitions {open_parts})")
@@ -135,3 +138,10 @@ def _kill_during_hold(run: Run, point: str) -> None:
         if node is not None and not kafka.alive(node):
             kafka.start(node)
             evidence["restarted_pid"] = kafka.pid(node)
+        if clock is not None:
+            clock.join(120)  # the run's result reads run.recovery_s once this returns
+
+
+def _measure_recovery(run: Run, baseline: int | None) -> None:
+    injected = run.fault.injected_at or time.monotonic()
+    run.recovery_s = run.clock.measure(injected, baseline, run.finished.is_set)
