@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import sinks
 from dedup.failpoints import arm, fired
 from dedup.local.kafka_cluster import KafkaCluster
+from dedup.local.services import process_alive
 from sinks.config import SinkConfig
 from sinks.verify import open_transaction_partitions, verify_topic
 from tests.integration.sinks.pipeline import (
@@ -78,7 +79,8 @@ class _KillDuringHold:
                             timeout=120):
                 return
             held_at = time.monotonic()
-            context = fired(self.faults, self.point)[0].get("context", {})
+            hit = fired(self.faults, self.point)[0]
+            context = hit.get("context", {})
             time.sleep(1.0)  # the batch's other writes commit; the held one stays open
             open_parts = open_transaction_partitions(self.cluster.bootstrap_servers,
                                                      self.evidence["topic"])
@@ -90,6 +92,9 @@ class _KillDuringHold:
             still_chosen = self.pick(context, open_parts) == node  # re-read just before
             self.evidence.update(killed_pid=self.cluster.kill(node), pid=pid,
                                  still_chosen=still_chosen)
+            # the held write was still held when the kill landed
+            self.evidence["in_flight"] = (time.monotonic() - held_at < HOLD_S
+                                          and process_alive(int(hit["pid"])))
             time.sleep(max(0.0, HOLD_S + 3.0 - (time.monotonic() - held_at)))
             self.cluster.start(node)
             self.evidence["restarted_pid"] = self.cluster.pid(node)
@@ -161,6 +166,7 @@ def test_leader_killed_mid_write(spark: Any, kafka_cluster: KafkaCluster, redis_
                               tmp_path, "sink.mid_produce", _leader_of_open_partition)
     assert evidence.get("open_partitions"), f"the held write was not in flight: {evidence}"
     assert evidence.get("node") is not None and evidence["still_chosen"], evidence
+    assert evidence["in_flight"], evidence
     assert evidence["killed_pid"] == evidence["pid"] is not None, evidence
     assert evidence.get("restarted_pid") not in (None, evidence["pid"]), evidence
 
@@ -173,5 +179,6 @@ def test_coordinator_killed_before_commit(spark: Any, kafka_cluster: KafkaCluste
                               tmp_path, "sink.before_commit", _coordinator_of_held_write)
     assert evidence.get("open_partitions"), f"the held write was not in flight: {evidence}"
     assert evidence.get("node") is not None and evidence["still_chosen"], evidence
+    assert evidence["in_flight"], evidence
     assert evidence["killed_pid"] == evidence["pid"] is not None, evidence
     assert evidence.get("restarted_pid") not in (None, evidence["pid"]), evidence
