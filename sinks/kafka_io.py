@@ -33,14 +33,20 @@ class ConsumedRecord:
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int = 1,
                  config: dict[str, str] | None = None, timeout: float = 30.0,
-                 client_config: dict[str, Any] | None = None) -> None:
-    """Create ``topic`` if it does not exist. Safe to repeat."""
+                 client_config: dict[str, Any] | None = None,
+                 replication_factor: int = -1) -> None:
+    """Create ``topic`` if it does not exist. Safe to repeat.
+
+    ``replication_factor`` -1 takes the brokers' ``default.replication.factor``
+    (1 on a single broker, 3 on a production cluster set up as README says): a
+    topic the sink needs (its marker topic) must not live on one node only.
+    """
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})
     try:
         if topic in admin.list_topics(timeout=timeout).topics:
             return
         futures = admin.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=1,
+            [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                       config=config or {})],
             operation_timeout=timeout,
         )

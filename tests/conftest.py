@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dedup.local.kafka_cluster import KafkaCluster
 from dedup.local.services import KafkaBroker, RedisServer
 
 
@@ -70,6 +71,24 @@ def kafka_bootstrap(kafka_broker: KafkaBroker | None) -> str:
     return os.environ.get("KAFKA_BOOTSTRAP") or (
         kafka_broker.bootstrap_servers if kafka_broker else ""
     )
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(services_dir: Path) -> Iterator[KafkaCluster]:
+    """A three-node KRaft cluster (RF 3, min.insync.replicas 2), started on first use.
+
+    Tests may kill and restart its nodes; each restart waits until every
+    partition is in sync again, so the next test finds the cluster whole.
+    """
+    cluster = KafkaCluster(services_dir / "kafka-cluster", heap_mb=320)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        from sinks.transactions import close_clients
+
+        close_clients()  # sink clients cached in this process, before their brokers go
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -57,8 +57,16 @@ FAULT_KINDS: dict[str, str] = {
                           "its replica takes over, the old primary returns as a replica",
     "spark_worker_kill": "kill -9 of a Spark standalone worker and its executor mid-batch "
                          "(a lost node), worker restarted",
+    "kafka_leader_kill": "3 brokers, RF 3: kill -9 of the leader of an output partition "
+                         "while a write into it is half done, then its restart",
+    "kafka_coordinator_kill": "3 brokers, RF 3: kill -9 of the held write's transaction "
+                              "coordinator just before its commit, then its restart",
 }
-CLUSTER_KINDS = ("redis_primary_kill", "spark_worker_kill")
+# Each family starts its own cluster on first use (benchmarks/chaos/cluster_*.py).
+REDIS_CLUSTER_KINDS = ("redis_primary_kill",)
+SPARK_CLUSTER_KINDS = ("spark_worker_kill",)
+KAFKA_CLUSTER_KINDS = ("kafka_leader_kill", "kafka_coordinator_kill")
+CLUSTER_KINDS = REDIS_CLUSTER_KINDS + SPARK_CLUSTER_KINDS + KAFKA_CLUSTER_KINDS
 OPERATIONAL_KINDS = ("restart_shuffle_partitions", "restart_shard_count",
                      "restart_bucket_seconds", "checkpoint_reset", "second_pipeline",
                      "redis_maxmemory", "redis_failover_lagging_replica",
@@ -67,7 +75,7 @@ CRASH_KINDS = tuple(k for k in FAULT_KINDS if k not in OPERATIONAL_KINDS + CLUST
 # Kinds whose check fails for a known reason (a finding, reported with its
 # numbers); the check itself is not weakened, the report marks them.
 KNOWN_FAILING: dict[str, str] = {}
-SUBPROCESS_KINDS = {"driver_kill", "executor_kill", "spark_worker_kill"}
+SUBPROCESS_KINDS = {"driver_kill", "executor_kill", *SPARK_CLUSTER_KINDS}
 WORKER_KILL_POINTS = ("dedup.after_claim", "sink.after_checkpoint", "sink.mid_produce",
                       "sink.before_commit", "sink.after_commit")
 TXN_TIMEOUT_MS = 6000

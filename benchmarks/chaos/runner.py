@@ -28,11 +28,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from benchmarks.chaos import cluster_spark
+from benchmarks.chaos import cluster_kafka, cluster_spark
 from benchmarks.chaos.faults import (
-    CLUSTER_KINDS,
     FAULT_KINDS,
+    KAFKA_CLUSTER_KINDS,
     OPERATIONAL_KINDS,
+    SPARK_CLUSTER_KINDS,
     SUBPROCESS_KINDS,
     TXN_TIMEOUT_MS,
     WORKER_KILL_POINTS,
@@ -151,6 +152,7 @@ class ChaosEnv:
             self._spark.stop()
         cluster_spark.stop_cluster()
         self.kafka.stop()
+        cluster_kafka.stop()
         for server in self.redis.values():
             server.stop()
         if self._redis_cluster is not None:
@@ -280,6 +282,8 @@ class Run:
     def prepare(self) -> Callable[[], None] | None:
         """Arm the fail-points of this run; return the injector to run in a thread."""
         kind, k = self.spec.kind, self.spec.batch
+        if kind in KAFKA_CLUSTER_KINDS:
+            return cluster_kafka.prepare(self)
         if kind in {"worker_kill", "dup90_tiny_bloom"}:
             point = self.spec.point if kind == "worker_kill" else "dedup.after_claim"
             arm(self.fp_dir, point, "kill", match={"batch": k})
@@ -313,7 +317,7 @@ class Run:
         if kind == "executor_kill":
             arm_sync(self.fp_dir, "dedup.after_claim", k, 5)
             return self._executor_kill
-        if kind in CLUSTER_KINDS:
+        if kind in SPARK_CLUSTER_KINDS:
             return cluster_spark.prepare(self)
         raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -486,7 +490,7 @@ def run_to_end(run: Run, start: Callable[[], Any], back: threading.Event | None 
 def run_subprocess(run: Run) -> int:
     """Run ``dedup run`` in a child process (killable driver); return the restarts."""
     master = "local-cluster[2,1,1024]" if run.spec.kind == "executor_kill" else "local[2,4]"
-    if run.spec.kind in CLUSTER_KINDS:
+    if run.spec.kind in SPARK_CLUSTER_KINDS:
         master = cluster_spark.master_url(run)
     config = run.dir / "pipeline.toml"
     config.write_text(pipeline_text(run.app_id, run.topic, run.spec, master=master))
@@ -524,12 +528,14 @@ def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:
     """Execute one scheduled run and verify its output. Never raises."""
     from sources.synthetic_rows import SyntheticOptions, expected_output
 
+    env = cluster_kafka.env_for(env) if spec.kind in KAFKA_CLUSTER_KINDS else env
     run = Run(env, spec)
     started = time.monotonic()
     result = RunResult(spec=spec, fault=run.fault)
     injector: threading.Thread | None = None
     try:
-        ensure_topic(env.kafka.bootstrap_servers, run.topic, partitions=2)
+        ensure_topic(env.kafka.bootstrap_servers, run.topic, partitions=2,
+                     replication_factor=3 if spec.kind in KAFKA_CLUSTER_KINDS else 1)
         inject = None if spec.kind in OPERATIONAL_KINDS else run.prepare()
         if inject is not None:
             injector = threading.Thread(target=inject, daemon=True)

@@ -350,15 +350,24 @@ class KafkaBroker:
     overrides:
         Extra ``server.properties`` entries (for example
         ``{"transaction.max.timeout.ms": "60000"}``).
+    node_id, quorum_voters, cluster_id:
+        For one node of a multi-node cluster (:class:`~dedup.local.kafka_cluster.KafkaCluster`):
+        its ``node.id``, the ``controller.quorum.voters`` all nodes share, and
+        the cluster id every node is formatted with. The defaults make a
+        single node that is its own quorum, with a fresh cluster id.
     """
 
     def __init__(self, data_dir: Path, port: int | None = None,
                  controller_port: int | None = None, heap_mb: int = 384,
                  overrides: dict[str, str] | None = None, die_with_parent: bool = True,
-                 log_level: str = "WARN") -> None:
+                 log_level: str = "WARN", node_id: int = 1, quorum_voters: str | None = None,
+                 cluster_id: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.controller_port = controller_port or free_port()
+        self.node_id = node_id
+        self.quorum_voters = quorum_voters or f"{node_id}@127.0.0.1:{self.controller_port}"
+        self.cluster_id = cluster_id
         self.heap_mb = heap_mb
         self.overrides = dict(overrides or {})
         self.die_with_parent = die_with_parent
@@ -376,8 +385,8 @@ class KafkaBroker:
     def server_properties(self) -> dict[str, str]:
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.quorum_voters,
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
                          f"CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
@@ -425,7 +434,8 @@ class KafkaBroker:
         result = subprocess.run(
             # "--cluster-id=<id>" in one word: an id may begin with "-", which a
             # separate argument would turn into an unknown option (1 run in 64).
-            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={kafka_cluster_id()}",
+            self._java("kafka.tools.StorageTool", "format",
+                       f"--cluster-id={self.cluster_id or kafka_cluster_id()}",
                        "--config", str(props_path), "--ignore-formatted"),
             capture_output=True, text=True, timeout=120, check=False,
         )
@@ -438,9 +448,22 @@ class KafkaBroker:
     def start(self, timeout: float = 90.0) -> KafkaBroker:
         """Format storage on first use, start ``kafka.Kafka``, wait until ready.
 
-        Ready means an AdminClient metadata call and ``init_transactions()`` of
-        a probe producer both succeeded, so transactional tests can start at
-        once. Safe to call when already running.
+        Ready means an AdminClient metadata call lists this node and
+        ``init_transactions()`` of a probe producer succeeded, so
+        transactional tests can start at once. Safe to call when already
+        running. A node of a cluster can only be ready once a majority of the
+        controller quorum runs: start the others with :meth:`launch` first.
+        """
+        if self._proc and self._proc.alive():
+            return self
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> KafkaBroker:
+        """Format storage on first use and start ``kafka.Kafka`` without waiting.
+
+        Safe to call when already running (does nothing). A failure to format
+        raises :class:`~dedup.exceptions.ServiceError`.
         """
         if self._proc and self._proc.alive():
             return self
@@ -450,17 +473,33 @@ class KafkaBroker:
             self._java("kafka.Kafka", str(self.data_dir / "server.properties")),
             self.data_dir / "broker.log", self.die_with_parent,
         )
-        _wait_until(self._admin_ready, timeout, f"Kafka broker on port {self.port}", self._proc)
-        _wait_until(self._transactions_ready, timeout,
-                    f"Kafka transactions on port {self.port}", self._proc)
         return self
 
-    def _admin_ready(self) -> bool:
+    def wait_ready(self, timeout: float = 90.0, nodes: set[int] | None = None,
+                   transactions: bool = True) -> KafkaBroker:
+        """Wait until this broker's metadata lists ``nodes`` (default: this node) and,
+        with ``transactions``, a probe producer's ``init_transactions()`` succeeds.
+
+        Safe to repeat. Raises :class:`~dedup.exceptions.ServiceError` when the
+        process exits or ``timeout`` passes first (with the log's tail).
+        """
+        if self._proc is None:
+            raise ServiceError(f"Kafka broker on port {self.port} was never launched; "
+                               "call start() or launch() first")
+        wanted = nodes or {self.node_id}
+        _wait_until(lambda: self._admin_ready(wanted), timeout,
+                    f"Kafka broker on port {self.port}", self._proc)
+        if transactions:
+            _wait_until(self._transactions_ready, timeout,
+                        f"Kafka transactions on port {self.port}", self._proc)
+        return self
+
+    def _admin_ready(self, nodes: set[int]) -> bool:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         metadata = admin.list_topics(timeout=2)
-        return bool(metadata.brokers)
+        return nodes <= set(metadata.brokers)
 
     def _transactions_ready(self) -> bool:
         from confluent_kafka import Producer
