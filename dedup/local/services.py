@@ -355,13 +355,22 @@ class KafkaBroker:
         its ``node.id``, the ``controller.quorum.voters`` all nodes share, and
         the cluster id every node is formatted with. The defaults make a
         single node that is its own quorum, with a fresh cluster id.
+    scram, tls:
+        A secured broker: ``scram=(user, password)`` and certificates
+        (:func:`dedup.local.tls.make_certificates`) make its one client
+        listener ``SASL_SSL`` with ``SCRAM-SHA-256`` (the user is created when
+        the storage is formatted; brokers talk to each other the same way).
+        :attr:`client_config` holds what a client needs besides the address.
     """
 
     def __init__(self, data_dir: Path, port: int | None = None,
                  controller_port: int | None = None, heap_mb: int = 384,
                  overrides: dict[str, str] | None = None, die_with_parent: bool = True,
                  log_level: str = "WARN", node_id: int = 1, quorum_voters: str | None = None,
-                 cluster_id: str | None = None) -> None:
+                 cluster_id: str | None = None, scram: tuple[str, str] | None = None,
+                 tls: Any = None) -> None:
+        if (scram is None) != (tls is None):
+            raise ValueError("a secured broker needs both scram=(user, password) and tls")
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.controller_port = controller_port or free_port()
@@ -372,11 +381,44 @@ class KafkaBroker:
         self.overrides = dict(overrides or {})
         self.die_with_parent = die_with_parent
         self.log_level = log_level
+        self.scram = scram
+        self.tls = tls
         self._proc: _Process | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings a client needs besides ``bootstrap.servers`` (empty for a
+        plaintext broker; holds the password for a secured one: never log it)."""
+        if self.scram is None:
+            return {}
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": self.scram[0], "sasl.password": self.scram[1],
+                "ssl.ca.location": str(self.tls.ca)}
+
+    def _secured_properties(self) -> dict[str, str]:
+        if self.scram is None:
+            return {}
+        user, password = self.scram
+        keystore = self.data_dir / "keystore.pem"  # key then certificate, as Kafka reads PEM
+        keystore.write_text(self.tls.key.read_text() + self.tls.cert.read_text())
+        jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{user}" password="{password}";')
+        return {
+            "listeners": f"SASL_SSL://127.0.0.1:{self.port},"
+                         f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"SASL_SSL://127.0.0.1:{self.port}",
+            "inter.broker.listener.name": "SASL_SSL",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": jaas,
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.tls.ca),
+        }
 
     @property
     def pid(self) -> int | None:
@@ -410,6 +452,7 @@ class KafkaBroker:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
         }
+        props.update(self._secured_properties())
         props.update(self.overrides)
         return props
 
@@ -436,7 +479,9 @@ class KafkaBroker:
             # separate argument would turn into an unknown option (1 run in 64).
             self._java("kafka.tools.StorageTool", "format",
                        f"--cluster-id={self.cluster_id or kafka_cluster_id()}",
-                       "--config", str(props_path), "--ignore-formatted"),
+                       "--config", str(props_path), "--ignore-formatted",
+                       *(["--add-scram", f"SCRAM-SHA-256=[name={self.scram[0]},"
+                          f"password={self.scram[1]}]"] if self.scram else [])),
             capture_output=True, text=True, timeout=120, check=False,
         )
         if result.returncode != 0:
@@ -497,7 +542,8 @@ class KafkaBroker:
     def _admin_ready(self, nodes: set[int]) -> bool:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0,
+                             **self.client_config})
         metadata = admin.list_topics(timeout=2)
         return nodes <= set(metadata.brokers)
 
@@ -509,6 +555,7 @@ class KafkaBroker:
             "transactional.id": "dedup-local-readiness-probe",
             "transaction.timeout.ms": 10000,
             "log_level": 0,
+            **self.client_config,
         })
         try:
             producer.init_transactions(10)
