@@ -126,6 +126,17 @@ def sink_identity(app_id: str, output_name: str = "") -> str:
     return f"{app_id}/{output_name}" if output_name else app_id
 
 
+CLIENT_SETTING_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
+"""librdkafka settings of the sink's producer that its admin clients and consumers share
+(how to reach and authenticate to the brokers)."""
+
+
+def client_settings(producer_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``producer_config`` (names without ``kafka.``) every client of the
+    same brokers needs: security, TLS, SASL and socket settings (secrets: never log)."""
+    return {k: v for k, v in producer_config.items() if k.startswith(CLIENT_SETTING_PREFIXES)}
+
+
 @dataclass(frozen=True)
 class SinkConfig:
     """Everything a sink partition writer needs; picklable and validated.
@@ -299,9 +310,8 @@ class SinkConfig:
 
     def client_config(self) -> dict[str, Any]:
         """Settings for admin clients and consumers: bootstrap plus security settings."""
-        keep = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
         return {"bootstrap.servers": self.bootstrap_servers,
-                **{k: v for k, v in self.producer_config.items() if k.startswith(keep)}}
+                **client_settings(self.producer_config)}
 
     def producer_settings(self, partition: int) -> dict[str, Any]:
         """The full producer config of ``partition`` (contains secrets: never log it)."""

@@ -42,20 +42,23 @@ def check_redis(url: str, timeout: float = 3.0, what: str = "redis.url") -> None
 
 
 def check_kafka(bootstrap: str, timeout: float = 5.0, what: str = "kafka bootstrap servers",
-                ) -> None:
-    """Fetch cluster metadata; raise :class:`KafkaUnavailableError` naming the fix."""
+                client_config: dict[str, Any] | None = None) -> None:
+    """Fetch cluster metadata with ``client_config`` (security settings); raise
+    :class:`KafkaUnavailableError` naming the fix."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     if not bootstrap:
         raise ConfigError(f"no Kafka address: set {what} or {SERVICES_HINT}")
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
-                         **QUIET_KAFKA})
+                         **QUIET_KAFKA, **(client_config or {})})
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
+        secured = (" with its security settings (kafka.security.protocol, kafka.sasl.*, "
+                   "kafka.ssl.* options)" if client_config else "")
         raise KafkaUnavailableError(
-            f"cannot reach Kafka at {bootstrap} (no answer in {timeout:.0f} s): "
+            f"cannot reach Kafka at {bootstrap}{secured} (no answer in {timeout:.0f} s): "
             f"{SERVICES_HINT} or fix {what}"
         ) from exc
     if not metadata.brokers:

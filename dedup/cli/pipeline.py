@@ -74,7 +74,20 @@ def check_services(pipeline: PipelineFile, addresses: Addresses) -> None:
         check_kafka(addresses.source_bootstrap,
                     what="source.bootstrap_servers (or --bootstrap)")
     if pipeline.table("sink")["type"] == "kafka":
-        check_kafka(addresses.sink_bootstrap, what="sink.bootstrap_servers (or --bootstrap)")
+        check_kafka(addresses.sink_bootstrap, what="sink.bootstrap_servers (or --bootstrap)",
+                    client_config=sink_client_settings(pipeline))
+
+
+def sink_client_settings(pipeline: PipelineFile) -> dict[str, Any]:
+    """librdkafka settings the command's own clients of the sink's Kafka need (the
+    security, SASL and TLS entries of ``[sink.options]``, without ``kafka.``), so the
+    reachability check, the topic it creates and ``--verify`` connect as the sink does.
+    Holds secrets: never print it."""
+    from sinks.config import client_settings
+
+    options = pipeline.table("sink")["options"]
+    return client_settings({str(k)[len("kafka."):]: str(v) for k, v in options.items()
+                            if str(k).startswith("kafka.")})
 
 
 def dedup_config(pipeline: PipelineFile, redis_url: str,

@@ -13,6 +13,7 @@ from dedup.cli.pipeline import (
     Addresses,
     check_services,
     resolve_addresses,
+    sink_client_settings,
     source_done,
     start_query,
 )
@@ -70,7 +71,7 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
     master = getattr(args, "master", None) or run["master"]
     if sink["type"] == "kafka":
         ensure_topic(addresses.sink_bootstrap, sink["topic"], sink["partitions"],
-                     client_config=QUIET_KAFKA)
+                     client_config={**QUIET_KAFKA, **sink_client_settings(pipeline)})
     progress.say(f"pipeline {pipeline.app_id}: {pipeline.table('source')['type']} source -> "
                  f"{'dedup -> ' if pipeline.table('dedup')['enabled'] else ''}"
                  f"{sink['type']} sink {sink['topic'] or ''}; checkpoint {checkpoint}")
@@ -183,6 +184,6 @@ def _verify(pipeline: PipelineFile, addresses: Addresses, progress: Progress) ->
     sink = pipeline.table("sink")
     report = verify_topic(addresses.sink_bootstrap, sink["topic"], expected,
                           compare_payloads=sink["value_column"] == "payload",
-                          client_config=QUIET_KAFKA)
+                          client_config={**QUIET_KAFKA, **sink_client_settings(pipeline)})
     progress.always(f"verify: {report.summary()}")
     return 0 if report.ok else 1
