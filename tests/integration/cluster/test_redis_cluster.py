@@ -132,3 +132,20 @@ def test_every_node_must_persist(redis_cluster: LocalRedisCluster) -> None:
     finally:
         node.config_set("appendonly", "yes")
         node.close()
+
+
+def test_a_start_after_a_failover_sees_the_new_primaries(redis_cluster: LocalRedisCluster) -> None:
+    """A process whose client knew the cluster before a failover (a driver between two
+    starts of a query) must count replicas on the primaries of now, not of then."""
+    app = f"rs-{uuid.uuid4().hex[:8]}"
+    catalog = RedisCatalog(_config(redis_cluster, app))
+    assert catalog.check_setup()["replicas"] == "1"  # the client caches the layout
+    primary = redis_cluster.primary_port_for_key(state_key(app, 0))
+    redis_cluster.node(primary).kill()
+    deadline = time.monotonic() + 30
+    while redis_cluster.primary_port_for_key(state_key(app, 0)) == primary:
+        assert time.monotonic() < deadline, "the replica was not promoted"
+        time.sleep(0.5)
+    redis_cluster.node(primary).start()  # back as a replica: every primary has one again
+    redis_cluster.wait_healthy()
+    assert catalog.check_setup()["replicas"] == "1"
