@@ -39,6 +39,9 @@ def node_clients(client: Any, primaries_only: bool = False) -> list[tuple[str, A
     makes it the primary: what is checked of primaries must hold for it."""
     if not is_cluster(client):
         return [("", client)]
+    # A long-lived client keeps the layout it last saw: after a failover its primaries
+    # may be replicas now. The checks are rare (a start), so ask the cluster again.
+    refresh_topology(client)
     out = [(node.name, client.get_redis_connection(node)) for node in client.get_primaries()]
     if primaries_only:
         return out
