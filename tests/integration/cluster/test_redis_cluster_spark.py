@@ -20,6 +20,7 @@ from dedup.catalog import state_key
 from dedup.failpoints import arm, fired
 from dedup.local.redis_cluster import LocalRedisCluster
 from tests.integration.sinks.pipeline import (
+    assert_pipeline_exact,
     build_stream,
     check_exact,
     fill_input,
@@ -34,13 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
 def test_pipeline_exact_on_redis_cluster(spark: Any, kafka_bootstrap: str,
                                          redis_cluster: LocalRedisCluster, app_id: str,
                                          tmp_checkpoint: str) -> None:
-    sinks.register(spark)
-    topics, expected = fill_input(kafka_bootstrap, app_id)
-    df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_cluster.url)
-    run_to_end(df, sink_options(kafka_bootstrap, topics, app_id, redis_cluster.url),
-               tmp_checkpoint)
-    report = check_exact(kafka_bootstrap, topics.out, expected)
-    assert report.ok and report.open_transactions == 0, report.summary()
+    assert_pipeline_exact(spark, kafka_bootstrap, app_id, redis_cluster.url, tmp_checkpoint)
 
 
 def test_primary_killed_after_an_acknowledged_claim(spark: Any, kafka_bootstrap: str,

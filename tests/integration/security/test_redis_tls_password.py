@@ -17,20 +17,13 @@ from typing import Any
 
 import pytest
 
-import sinks
 from dedup import CatalogUnavailableError, DedupConfig, RedisCatalog, RedisConfig
 from dedup.local.services import RedisServer
 from sinks.config import SinkConfig
 from tests.integration.cli.example import example_config
 from tests.integration.cli.jars import jar_env
 from tests.integration.security.conftest import PASSWORD
-from tests.integration.sinks.pipeline import (
-    build_stream,
-    check_exact,
-    fill_input,
-    run_to_end,
-    sink_options,
-)
+from tests.integration.sinks.pipeline import assert_pipeline_exact
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -60,13 +53,7 @@ def test_plain_connection_and_wrong_password_fail_closed_without_the_secret(
 def test_pipeline_exact_over_tls_with_a_password(spark: Any, kafka_bootstrap: str,
                                                  secured_redis: RedisServer, app_id: str,
                                                  tmp_checkpoint: str) -> None:
-    sinks.register(spark)
-    topics, expected = fill_input(kafka_bootstrap, app_id)
-    df = build_stream(spark, kafka_bootstrap, topics, app_id, secured_redis.url)
-    run_to_end(df, sink_options(kafka_bootstrap, topics, app_id, secured_redis.url),
-               tmp_checkpoint)
-    report = check_exact(kafka_bootstrap, topics.out, expected)
-    assert report.ok and report.open_transactions == 0, report.summary()
+    assert_pipeline_exact(spark, kafka_bootstrap, app_id, secured_redis.url, tmp_checkpoint)
 
 
 @pytest.mark.spark

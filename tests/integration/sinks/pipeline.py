@@ -160,3 +160,17 @@ def wait_for(predicate: Any, timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def assert_pipeline_exact(spark: Any, bootstrap: str, app_id: str, redis_url: str,
+                          checkpoint: str) -> None:
+    """Fill the input, run source -> dedup -> sink with ``redis_url`` to the end, and
+    assert the output exact (nothing lost, repeated, foreign or left open)."""
+    import sinks
+
+    sinks.register(spark)
+    topics, expected = fill_input(bootstrap, app_id)
+    df = build_stream(spark, bootstrap, topics, app_id, redis_url)
+    run_to_end(df, sink_options(bootstrap, topics, app_id, redis_url), checkpoint)
+    report = check_exact(bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
