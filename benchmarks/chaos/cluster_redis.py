@@ -10,7 +10,6 @@ output must still be exact: the acknowledged claim is on the promoted replica.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from dedup.catalog import state_key
@@ -33,14 +32,7 @@ def kill_primary(run: Any) -> None:
     run.component_back.clear()
     try:
         node.kill()
-        deadline = time.monotonic() + PROMOTION_TIMEOUT_S
-        promoted = port
-        while promoted == port and time.monotonic() < deadline:
-            time.sleep(0.3)
-            try:
-                promoted = cluster.primary_port_for_key(key)
-            except Exception:  # the cluster is reorganising: ask again
-                promoted = port
+        promoted = cluster.promoted(key, port, PROMOTION_TIMEOUT_S) or port
         node.start()  # back, as the promoted node's replica
         cluster.wait_healthy()
     finally:

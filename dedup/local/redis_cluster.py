@@ -158,6 +158,20 @@ class LocalRedisCluster:
         finally:
             client.close()
 
+    def promoted(self, key: str, old_port: int, timeout: float = 30.0) -> int | None:
+        """Wait until a node other than ``old_port`` serves ``key``'s slot (a replica took
+        over a killed primary); its port, or None when ``timeout`` passes first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                port = self.primary_port_for_key(key)
+            except Exception:  # the cluster is reorganising: ask again
+                port = old_port
+            if port != old_port:
+                return port
+            time.sleep(0.3)
+        return None
+
     def client(self) -> Any:
         """A ``redis.cluster.RedisCluster`` client (tests' own reads)."""
         from dedup.config import RedisConfig

@@ -62,10 +62,9 @@ def test_primary_killed_after_an_acknowledged_claim(spark: Any, kafka_bootstrap:
         port = redis_cluster.primary_port_for_key(state_key(app_id, shard))
         redis_cluster.node(port).kill()
         killed.append(port)
-        while redis_cluster.primary_port_for_key(state_key(app_id, shard)) == port:
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.3)
+        if redis_cluster.promoted(state_key(app_id, shard), port,
+                                  deadline - time.monotonic()) is None:
+            return
         redis_cluster.node(port).start()  # back as the new primary's replica
 
     killer = threading.Thread(target=kill_primary, daemon=True)
