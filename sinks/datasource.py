@@ -30,6 +30,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+try:  # Spark >= 4.1: the documented Arrow stream writer
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamArrowWriter
+except ImportError:  # Spark 4.0: its runner honours the Arrow mixin on a stream writer
+
+    class _StreamArrowWriter(DataSourceStreamWriter, DataSourceArrowWriter):  # type: ignore[no-redef,misc]
+        """Spark 4.0's way to receive Arrow batches in a stream writer."""
+
 from dedup.spark_session import make_active
 from sinks.admin import prepare
 from sinks.checkpoint import CheckpointStore
@@ -115,8 +122,12 @@ def _start_checks(config: SinkConfig, options: Mapping[str, Any]) -> None:
         _CHECKED[key] = now
 
 
-class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
-    """Per-partition transactional writer; receives Arrow batches (DataSourceArrowWriter).
+class ExactlyOnceKafkaStreamWriter(_StreamArrowWriter):
+    """Per-partition transactional writer; receives Arrow batches.
+
+    On Spark 4.1 and later it is a ``DataSourceStreamArrowWriter``; on 4.0 a
+    stream writer with the ``DataSourceArrowWriter`` mixin, which 4.0 reads
+    the same way.
 
     Picklable: holds only the frozen config, the input layout and column names.
     """
@@ -133,7 +144,7 @@ class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter
         return SinkCommitMessage(query_id, batch, partition, result.produced, result.skipped,
                                  result.replayed, result.attempts, result.phases)
 
-    def commit(self, messages: list[WriterCommitMessage | None],  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None],
                batchId: int) -> None:
         """Batch ``batchId`` is complete; garbage-collect checkpoints of older batches.
 
@@ -156,7 +167,7 @@ class ExactlyOnceKafkaStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter
             except SinkError as exc:  # GC is best effort; the next commit retries it
                 log.warning("sink checkpoint GC after batch %s failed: %s", batchId, exc)
 
-    def abort(self, messages: list[WriterCommitMessage | None],  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None],
               batchId: int) -> None:
         """Nothing to undo: uncommitted Kafka transactions are invisible, checkpoints are kept."""
         log.warning("exactly_once_kafka: batch %s aborted; Spark will retry it", batchId)

@@ -201,3 +201,16 @@ def test_two_foreach_batch_sinks_with_one_output_name_are_refused() -> None:
     with pytest.raises(SinkConfigError, match=r"output\.name") as caught:
         second.claim_output()
     assert caught.value.fatal() and not caught.value.retriable()
+
+
+def test_writer_receives_arrow_batches_on_every_supported_spark() -> None:
+    # Spark's runner hands a writer Arrow record batches only when it is an
+    # Arrow writer; otherwise it converts every row to a Row object first.
+    import pyspark.sql.datasource as spark_ds
+
+    newer = getattr(spark_ds, "DataSourceStreamArrowWriter", None)
+    if newer is not None:  # Spark >= 4.1
+        assert issubclass(ExactlyOnceKafkaStreamWriter, newer)
+    else:  # Spark 4.0
+        assert issubclass(ExactlyOnceKafkaStreamWriter, spark_ds.DataSourceArrowWriter)
+    assert issubclass(ExactlyOnceKafkaStreamWriter, spark_ds.DataSourceStreamWriter)
