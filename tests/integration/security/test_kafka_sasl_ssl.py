@@ -56,3 +56,71 @@ def test_run_exact_over_sasl_ssl_and_no_output_shows_a_password(
     leaked = [name for name, text in outputs.items()
               if KAFKA_PASSWORD in text or PASSWORD in text]
     assert not leaked, f"a password shows in {leaked}"
+
+
+SOURCE_RECORDS = 400
+SOURCE_KEYS = 300  # records 300..399 repeat keys 0..99, each with its own value
+
+
+def _java_source_options(broker: KafkaBroker) -> dict[str, str]:
+    """What a Spark user writes for a SASL_SSL SCRAM source: Java client settings."""
+    client = broker.client_config
+    jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{client["sasl.username"]}" password="{client["sasl.password"]}";')
+    return {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-256",
+            "kafka.sasl.jaas.config": jaas, "kafka.ssl.truststore.type": "PEM",
+            "kafka.ssl.truststore.location": client["ssl.ca.location"]}
+
+
+def test_run_reads_a_sasl_ssl_source_and_dedups_it_exactly(
+        secured_kafka: KafkaBroker, secured_redis: RedisServer, app_id: str,
+        tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    from sinks.kafka_io import ensure_topic
+    from sinks.verify import verify_topic
+
+    bootstrap, client = secured_kafka.bootstrap_servers, secured_kafka.client_config
+    source, output = f"{app_id}-in", f"{app_id}-out"
+    for topic in (source, output):
+        ensure_topic(bootstrap, topic, 2, client_config=client)
+    producer = Producer({"bootstrap.servers": bootstrap, **client})
+    expected: dict[str, bytes] = {}
+    for i in range(SOURCE_RECORDS):
+        key = f"k{i % SOURCE_KEYS}"
+        # a key's copies go to its partition, after the original: the first one is kept
+        producer.produce(source, key=key, value=f"v{i}", partition=(i % SOURCE_KEYS) % 2)
+        expected.setdefault(key, f"v{i}".encode())
+    assert producer.flush(30) == 0
+    # TOML literal strings: the JAAS line holds double quotes
+    source_options = "".join(f'"{k}" = \'{v}\'\n'
+                             for k, v in _java_source_options(secured_kafka).items())
+    sink_options = "".join(f'"kafka.{k}" = "{v}"\n' for k, v in client.items())
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        f'app_id = "{app_id}"\n'
+        f'[source]\ntype = "kafka"\ntopics = ["{source}"]\nmax_offsets_per_trigger = 150\n'
+        f"[source.options]\n{source_options}"
+        '[ids]\nstrategy = "key"\n'
+        f'[sink]\ntype = "kafka"\ntopic = "{output}"\npartitions = 2\n'
+        f'key_column = "key"\nvalue_column = "value"\n[sink.options]\n{sink_options}'
+        "[run]\nstop_after_idle_seconds = 3.0\n")
+    cache = tmp_path / "cache"
+    env = {**os.environ, "DEDUP_CACHE_DIR": str(cache), **jar_env()}
+    dedup = Path(sys.executable).with_name("dedup")
+    result = subprocess.run(
+        [str(dedup), "run", str(config), "--redis-url", secured_redis.url, "--bootstrap",
+         bootstrap, "--max-seconds", "300"],
+        capture_output=True, text=True, timeout=500, env=env, check=False)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    report = verify_topic(bootstrap, output, expected, client_config=client)
+    assert report.ok, report.summary()
+    assert (report.lost, report.duplicated, report.phantoms, report.mismatched,
+            report.open_transactions) == (0, 0, 0, 0, 0)
+    outputs = {"stdout": result.stdout, "stderr": result.stderr}
+    for path in cache.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            outputs[str(path)] = path.read_bytes().decode(errors="replace")
+    leaked = [name for name, text in outputs.items()
+              if KAFKA_PASSWORD in text or PASSWORD in text]
+    assert not leaked, f"a password shows in {leaked}"
