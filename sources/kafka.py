@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,47 @@ if TYPE_CHECKING:
 # Options this helper owns; passing them through ``options`` would silently
 # undo the guarantee (an uncommitted read sees aborted transactions).
 _FORCED = {"kafka.isolation.level": "read_committed", "includeHeaders": "true"}
+_JAAS_FIELD = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def client_settings(options: Mapping[str, str]) -> dict[str, str] | None:
+    """The librdkafka settings of a Python client that connects as Spark's Kafka source
+    with ``options`` does (holds secrets: never log it); None when they cannot be told.
+
+    Spark's source takes Java client settings (``kafka.security.protocol``,
+    ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
+    ``kafka.ssl.truststore.type=PEM`` with ``kafka.ssl.truststore.location``);
+    this translates those a toolkit-side client (a reachability check, the input
+    left to read) needs. A plaintext source gives ``{}``; a security setting with
+    no librdkafka counterpart here (a JKS trust store, Kerberos) gives None, and
+    the caller leaves such a check to Spark's own client.
+    """
+    java = {str(k)[len("kafka."):]: str(v) for k, v in options.items()
+            if str(k).startswith("kafka.")}
+    protocol = java.get("security.protocol", "PLAINTEXT").upper()
+    if protocol == "PLAINTEXT":
+        return {}
+    out = {"security.protocol": protocol}
+    if protocol.startswith("SASL"):
+        mechanism = java.get("sasl.mechanism", "GSSAPI").upper()
+        fields = {name: re.sub(r"\\(.)", r"\1", value)  # JAAS escapes a quote as \"
+                  for name, value in _JAAS_FIELD.findall(java.get("sasl.jaas.config", ""))}
+        if mechanism not in {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} or \
+                set(fields) != {"username", "password"}:
+            return None
+        out.update({"sasl.mechanism": mechanism, "sasl.username": fields["username"],
+                    "sasl.password": fields["password"]})
+    if protocol.endswith("SSL"):
+        store_type = java.get("ssl.truststore.type", "").upper()
+        if "ssl.truststore.location" in java:
+            if store_type != "PEM":
+                return None
+            out["ssl.ca.location"] = java["ssl.truststore.location"]
+        elif "ssl.truststore.certificates" in java:
+            out["ssl.ca.pem"] = java["ssl.truststore.certificates"]
+        if java.get("ssl.endpoint.identification.algorithm", "https") == "":
+            out["ssl.endpoint.identification.algorithm"] = "none"
+    return out
 
 
 def read_kafka(

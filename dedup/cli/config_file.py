@@ -33,6 +33,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
         # kafka
         "bootstrap_servers": "", "topics": [], "starting_offsets": "earliest",
         "max_offsets_per_trigger": 0,
+        # Spark's Kafka source options, verbatim (kafka.security.protocol, ...)
+        "options": {},
         # files
         "path": "", "format": "json", "schema": "", "max_files_per_trigger": 0,
     },
@@ -147,6 +149,8 @@ def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
     # The sink's options are Spark option names, dotted (kafka.acks,
     # strong.productions): written unquoted, TOML nests them.
     tables["sink"]["options"] = _flat(tables["sink"]["options"])
+    tables["source"]["options"] = {key: str(value) for key, value
+                                   in _flat(tables["source"]["options"]).items()}
     validate_app_id(tables[""]["app_id"])
     if tables["source"]["type"] not in SOURCE_TYPES:
         raise ConfigError(f"source.type must be one of {', '.join(SOURCE_TYPES)}, not "

@@ -71,8 +71,10 @@ def check_services(pipeline: PipelineFile, addresses: Addresses) -> None:
     if pipeline.table("dedup")["enabled"] or pipeline.table("sink")["type"] == "kafka":
         check_redis(addresses.redis_url, what="redis.url (or --redis-url)")
     if pipeline.table("source")["type"] == "kafka":
-        check_kafka(addresses.source_bootstrap,
-                    what="source.bootstrap_servers (or --bootstrap)")
+        settings = source_client_settings(pipeline)
+        if settings is not None:  # else Spark's own client is the first to connect
+            check_kafka(addresses.source_bootstrap,
+                        what="source.bootstrap_servers (or --bootstrap)", client_config=settings)
     if pipeline.table("sink")["type"] == "kafka":
         check_kafka(addresses.sink_bootstrap, what="sink.bootstrap_servers (or --bootstrap)",
                     client_config=sink_client_settings(pipeline))
@@ -88,6 +90,15 @@ def sink_client_settings(pipeline: PipelineFile) -> dict[str, Any]:
     options = pipeline.table("sink")["options"]
     return client_settings({str(k)[len("kafka."):]: str(v) for k, v in options.items()
                             if str(k).startswith("kafka.")})
+
+
+def source_client_settings(pipeline: PipelineFile) -> dict[str, Any] | None:
+    """librdkafka settings the command's own clients of the Kafka source need, from the
+    Java settings of ``[source.options]`` (:func:`sources.kafka.client_settings`); None
+    when they cannot be told (a JKS trust store, Kerberos). Holds secrets: never print it."""
+    from sources.kafka import client_settings
+
+    return client_settings(pipeline.table("source")["options"])
 
 
 def dedup_config(pipeline: PipelineFile, redis_url: str,
@@ -146,6 +157,7 @@ def source_frame(spark: SparkSession, pipeline: PipelineFile, addresses: Address
             columns=ids["columns"] or None, header=ids["header"],
             starting_offsets=src["starting_offsets"],
             max_offsets_per_trigger=src["max_offsets_per_trigger"] or None,
+            options=src["options"],
         )
     if not src["path"] or not src["schema"]:
         raise ConfigError("source.path and source.schema are required for source.type = "

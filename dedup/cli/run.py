@@ -14,6 +14,7 @@ from dedup.cli.pipeline import (
     check_services,
     resolve_addresses,
     sink_client_settings,
+    source_client_settings,
     source_done,
     start_query,
 )
@@ -124,8 +125,12 @@ def _kafka_input_left(pipeline: PipelineFile, addresses: Addresses, checkpoint: 
     read = checkpoint_offsets(checkpoint)
     if read is None:
         read = progress_offsets(watcher.last_progress)
+    settings = source_client_settings(pipeline)
+    if settings is None:
+        return None  # no client of ours can connect as the source does: cannot tell
     try:
-        ends = topic_ends(addresses.source_bootstrap, src["topics"], QUIET_KAFKA)
+        ends = topic_ends(addresses.source_bootstrap, src["topics"],
+                          {**QUIET_KAFKA, **settings})
     except KafkaException:
         return None  # cannot tell: say so rather than claim the run is complete
     return unread(ends, read, src["starting_offsets"])
