@@ -9,6 +9,7 @@ the failover tests and the chaos kind need.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -35,16 +36,24 @@ class LocalRedisCluster:
         Kill the nodes when the starting Python process dies.
     appendfsync:
         Every node's AOF fsync policy (``always`` or ``everysec``).
+    password, tls:
+        As for :class:`~dedup.local.services.RedisServer`: every node wants the
+        password (replicas authenticate to their primary with it) and speaks only
+        TLS, on client, replication and cluster-bus links; :attr:`url` is then
+        ``rediss+cluster://:<password>@...?ssl_ca_certs=<ca>``.
     """
 
     def __init__(self, data_dir: Path, primaries: int = 3, replicas: int = 1,
                  node_timeout_ms: int = 2000, die_with_parent: bool = True,
-                 appendfsync: str = "always") -> None:
+                 appendfsync: str = "always", password: str | None = None,
+                 tls: Any = None) -> None:
         if primaries < 3:
             raise ValueError("a Redis Cluster needs at least 3 primaries")
         self.data_dir = Path(data_dir)
         self.primaries = primaries
         self.replicas = replicas
+        self.password = password
+        self.tls = tls
         args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", str(node_timeout_ms),
                 # a replica that lost its primary long ago still takes over: the
@@ -55,7 +64,8 @@ class LocalRedisCluster:
         self.nodes = [
             RedisServer(self.data_dir / f"node{i}", port=free_port(), appendonly=True,
                         appendfsync=appendfsync, die_with_parent=die_with_parent,
-                        extra_args=(*args, "--cluster-port", str(free_port())))
+                        extra_args=(*args, "--cluster-port", str(free_port())),
+                        password=password, tls=tls)
             for i in range(primaries * (1 + replicas))
         ]
 
@@ -64,7 +74,10 @@ class LocalRedisCluster:
         """``redis+cluster://`` URL naming every node, so a client can start while any
         one of them is down."""
         hosts = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
-        return f"redis+cluster://{hosts}/0"
+        auth = f":{self.password}@" if self.password else ""
+        if self.tls is not None:
+            return f"rediss+cluster://{auth}{hosts}/0?ssl_ca_certs={self.tls.ca}"
+        return f"redis+cluster://{auth}{hosts}/0"
 
     def node(self, port: int) -> RedisServer:
         """The node listening on ``port``."""
@@ -81,10 +94,14 @@ class LocalRedisCluster:
         if not self._created():
             cli = require_program("redis-cli", "install Debian's package: apt-get install "
                                   "redis-tools")
+            secured = ["--tls", "--cacert", str(self.tls.ca)] if self.tls is not None else []
+            # the password goes in the environment, not on a command line others can read
+            env = {**os.environ, "REDISCLI_AUTH": self.password} if self.password else None
             result = subprocess.run(
-                [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                [cli, *secured, "--cluster", "create",
+                 *(f"127.0.0.1:{n.port}" for n in self.nodes),
                  "--cluster-replicas", str(self.replicas), "--cluster-yes"],
-                capture_output=True, text=True, timeout=120, check=False,
+                capture_output=True, text=True, timeout=120, check=False, env=env,
             )
             if result.returncode != 0:
                 raise ServiceError(f"redis-cli --cluster create failed ({result.returncode}): "
@@ -95,11 +112,18 @@ class LocalRedisCluster:
     def _created(self) -> bool:
         return bool(self._info(self.nodes[0]).get("cluster_known_nodes", "1") != "1")
 
-    @staticmethod
-    def _info(node: RedisServer) -> dict[str, str]:
+    def _node_client(self, node: RedisServer) -> Any:
+        """A plain client of one node (its own view: role, replicas, cluster state)."""
         import redis
 
-        client = redis.Redis(port=node.port, socket_timeout=2, socket_connect_timeout=2)
+        secured: dict[str, Any] = {"password": self.password}
+        if self.tls is not None:
+            secured.update(ssl=True, ssl_ca_certs=str(self.tls.ca))
+        return redis.Redis(port=node.port, socket_timeout=2, socket_connect_timeout=2,
+                           **secured)
+
+    def _info(self, node: RedisServer) -> dict[str, str]:
+        client = self._node_client(node)
         try:
             text = client.execute_command("CLUSTER INFO")
         finally:
@@ -132,13 +156,11 @@ class LocalRedisCluster:
 
     def layout(self) -> dict[int, list[int]]:
         """Primary port -> ports of its connected replicas, as the nodes see it now."""
-        import redis
-
         out: dict[int, list[int]] = {}
         for node in self.nodes:
             if not node.alive():
                 continue
-            client = redis.Redis(port=node.port, socket_timeout=2, socket_connect_timeout=2)
+            client = self._node_client(node)
             try:
                 info = client.info("replication")
             finally:
