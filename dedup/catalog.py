@@ -130,7 +130,8 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
     with _CLIENTS_LOCK:
         found = _CLIENTS.get(key)
         if found is None:
-            client = redis_config.client()
+            with redis_errors(redis_config, "connecting"):  # a cluster client connects now
+                client = redis_config.client()
             scripts = {name: client.register_script(_script(f"{name}.lua"))
                        for name in ("claim", "snapshot", "gc", "lease")}
             found = _CLIENTS[key] = (client, scripts)

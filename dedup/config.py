@@ -147,12 +147,23 @@ class RedisConfig:
             first, *others = hosts.split(",")
             netloc = f"{userinfo}@{first}" if userinfo else first
             nodes = [ClusterNode(*_host_port(h)) for h in others]
-            return RedisCluster.from_url(
-                urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[parts.scheme], netloc=netloc)),
-                startup_nodes=nodes, socket_timeout=self.socket_timeout,
-                socket_connect_timeout=self.connect_timeout,
-                **dict(self.options),
-            )
+            from redis.exceptions import RedisClusterException
+
+            try:
+                return RedisCluster.from_url(
+                    urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[parts.scheme],
+                                              netloc=netloc)),
+                    startup_nodes=nodes, socket_timeout=self.socket_timeout,
+                    socket_connect_timeout=self.connect_timeout,
+                    **dict(self.options),
+                )
+            except RedisClusterException as exc:
+                # The cluster client connects at once (to read the slot map) and its
+                # error is no RedisError: every caller's "unavailable" handling would
+                # miss it. A ConnectionError is what a plain client raises on first use.
+                raise redis.exceptions.ConnectionError(
+                    f"no node of the Redis Cluster at {redact_url(self.url)} answered: {exc}"
+                ) from exc
         return redis.Redis.from_url(
             self.url,
             socket_timeout=self.socket_timeout,
