@@ -26,6 +26,8 @@ HEADLINES = {
             "batch_latency_p50_eos_over_alo", "batch_latency_p99_eos_over_alo"),
     "growth": ("catalog_bytes_per_id",),
     "redis_cluster": ("dedup_redis_replica_wait_over_single", "dedup_redis_cluster_over_single"),
+    "kafka_cluster": ("eos_sink_kafka3_over_kafka1", "spark_sink_kafka3_over_kafka1",
+                      "eos_sink_over_spark_kafka_sink_kafka3"),
     "sink": ("eos_sink_over_spark_kafka_sink", "eos_weak_sink_over_spark_kafka_sink",
              "eos_sink_over_python_alo_sink", "python_alo_sink_over_spark_kafka_sink"),
 }
@@ -196,6 +198,9 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         ("dedup_redis_replica_wait_over_single",
          "reported (claims wait for a replica vs one Redis)", ""),
         ("dedup_redis_cluster_over_single", "reported (Redis Cluster 3x1 vs one Redis)", ""),
+        ("eos_sink_kafka3_over_kafka1", "reported (our sink, 3 brokers RF 3 vs 1 broker)", ""),
+        ("spark_sink_kafka3_over_kafka1", "reported (Spark's sink, 3 brokers vs 1)", ""),
+        ("eos_sink_over_spark_kafka_sink_kafka3", "reported (sink alone, on 3 brokers)", ""),
     ]
     for key, bar, status in bars:
         if key in figures:
@@ -321,7 +326,8 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
 
 def main() -> dict[str, Any]:
     data = {name: d for name in ("bloom", "operators", "e2e", "growth", "profile_operator",
-                                 "sink", "dedup_quick", "redis_cluster")
+                                 "sink", "dedup_quick", "redis_cluster",
+                                 "kafka_cluster")
             if (d := load(name)) is not None}
     figures = summary_figures(data)
     merge_summary(figures)

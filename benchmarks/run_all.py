@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.common import run_metadata, write_json
 
 STEPS = ("bench_bloom", "bench_growth", "profile_operator", "bench_dedup", "bench_operators",
-         "bench_sink", "bench_e2e", "bench_redis_cluster")
+         "bench_sink", "bench_e2e", "bench_redis_cluster", "bench_kafka_cluster")
 
 
 def main(argv: list[str] | None = None) -> int:
