@@ -28,6 +28,7 @@ HEADLINES = {
     "redis_cluster": ("dedup_redis_replica_wait_over_single", "dedup_redis_cluster_over_single"),
     "kafka_cluster": ("eos_sink_kafka3_over_kafka1", "spark_sink_kafka3_over_kafka1",
                       "eos_sink_over_spark_kafka_sink_kafka3"),
+    "spark_cluster": ("dedup_spark_standalone_over_local",),
     "sink": ("eos_sink_over_spark_kafka_sink", "eos_weak_sink_over_spark_kafka_sink",
              "eos_sink_over_python_alo_sink", "python_alo_sink_over_spark_kafka_sink"),
 }
@@ -201,6 +202,8 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         ("eos_sink_kafka3_over_kafka1", "reported (our sink, 3 brokers RF 3 vs 1 broker)", ""),
         ("spark_sink_kafka3_over_kafka1", "reported (Spark's sink, 3 brokers vs 1)", ""),
         ("eos_sink_over_spark_kafka_sink_kafka3", "reported (sink alone, on 3 brokers)", ""),
+        ("dedup_spark_standalone_over_local",
+         "reported (Spark standalone 2x1 core vs local[2], one machine)", ""),
     ]
     for key, bar, status in bars:
         if key in figures:
@@ -327,7 +330,7 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
 def main() -> dict[str, Any]:
     data = {name: d for name in ("bloom", "operators", "e2e", "growth", "profile_operator",
                                  "sink", "dedup_quick", "redis_cluster",
-                                 "kafka_cluster")
+                                 "kafka_cluster", "spark_cluster")
             if (d := load(name)) is not None}
     figures = summary_figures(data)
     merge_summary(figures)

@@ -5,7 +5,8 @@ session, stopped on the way out), in this order: Bloom FP cost matrix,
 catalog growth, operator profile, the quick dedup throughput check, dedup
 throughput against Spark's operators, the sink alone against Spark's Kafka
 sink, end to end Kafka to Kafka, the operator on a Redis replica and a Redis
-Cluster against one Redis. Then :mod:`benchmarks.report` writes
+Cluster against one Redis, both sinks on three Kafka brokers against one, the
+operator on a Spark standalone cluster against ``local[2]``. Then :mod:`benchmarks.report` writes
 the plots, ``results/README.md`` and the ``summary.json`` keys. A failing
 benchmark is reported and the others still run; the exit status is 1 then.
 """
@@ -21,7 +22,8 @@ from typing import Any
 from benchmarks.common import run_metadata, write_json
 
 STEPS = ("bench_bloom", "bench_growth", "profile_operator", "bench_dedup", "bench_operators",
-         "bench_sink", "bench_e2e", "bench_redis_cluster", "bench_kafka_cluster")
+         "bench_sink", "bench_e2e", "bench_redis_cluster", "bench_kafka_cluster",
+         "bench_spark_cluster")
 
 
 def main(argv: list[str] | None = None) -> int:
