@@ -321,6 +321,10 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
     if chaos.exists():
         lines += ["", "## Chaos matrix (`python -m benchmarks.chaos`)", "",
                   chaos.read_text().strip()]
+    mutants = RESULTS_DIR / "chaos_mutants.md"
+    if mutants.exists():
+        lines += ["", "## Mutant matrix (`python -m benchmarks.chaos --mutants`)", "",
+                  mutants.read_text().strip()]
     notes = RESULTS_DIR / "NOTES.md"
     if notes.exists():
         lines += ["", notes.read_text().strip()]

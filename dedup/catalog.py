@@ -46,6 +46,7 @@ from dedup.exceptions import (
     ShardCountMismatchError,
     UnsafeSettingError,
 )
+from dedup.failpoints import mutant_on
 from dedup.redis_nodes import client_for_key, is_cluster, node_clients, refresh_topology
 
 log = logging.getLogger(__name__)
@@ -474,6 +475,10 @@ class RedisCatalog:
                         "the batch (make the source replayable); replaying it would drop IDs "
                         "that were never claimed"
                     )
+            if mutant_on("claim_not_idempotent", cfg.fail_points.directory):
+                # Test-only mutant (dedup.failpoints): the retry finds its own IDs
+                # claimed and counts them as seen.
+                return ClaimReply.replayed([])
             return ClaimReply.replayed(_split(rest))
         if status != "OK":
             raise CatalogStateError(f"unexpected claim reply {status!r} for shard {shard}")

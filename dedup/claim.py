@@ -18,6 +18,7 @@ import numpy as np
 from dedup.bloom import WORKER_FILTERS, FilterCache, ShardFilter
 from dedup.catalog import ClaimReply, RedisCatalog, Snapshot
 from dedup.config import DedupConfig
+from dedup.failpoints import mutant_on
 
 
 class Catalog(Protocol):
@@ -103,6 +104,10 @@ class ShardClaimer:
         else:
             sent = np.arange(len(keys))
             negatives, positives = keys.tolist(), []
+        if positives and mutant_on("stale_bloom_trusted", self.config.fail_points.directory):
+            # Test-only mutant (dedup.failpoints): "maybe seen" is taken as seen,
+            # so the catalog never judges the filter's hits.
+            positives = []
         reply = self.catalog.claim(shard, f"{query_id}:{batch_id}",
                                    bf.tag if bf is not None else None,
                                    negatives, positives, lease_owner, now)
@@ -113,8 +118,8 @@ class ShardClaimer:
             keep = np.fromiter((key in kept_ids for key in keys.tolist()), dtype=bool,
                                count=len(keys))
         else:
-            keep = np.empty(len(keys), dtype=bool)
-            keep[sent] = reply.keep
+            keep = np.zeros(len(keys), dtype=bool)  # IDs never sent stay dropped (mutant)
+            keep[sent[:len(reply.keep)]] = reply.keep
         if bf is not None and not reply.replay:
             kept_positions = positions[keep] if positions is not None else None
             round_trips += self._update_filter(bf, shard, reply, now, keys[keep].tolist(),

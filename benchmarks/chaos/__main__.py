@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the matrix of the cluster kinds (a Redis Cluster, three Kafka "
                              "brokers, a Spark standalone cluster, each started on first "
                              "use): --kinds defaults to them and --name to chaos_cluster")
+    parser.add_argument("--mutants", nargs="?", const="all", default="",
+                        help="the mutant matrix (benchmarks/chaos/mutants.py): each broken "
+                             "variant of the toolkit must be caught by the checks; optionally "
+                             "a comma-separated list of mutants. Honours --seed, --resume, "
+                             "--max-minutes and --no-summary; writes chaos_mutants.json")
     parser.add_argument("--name", default="",
                         help="results file name (JSON + markdown; default chaos, or "
                              "chaos_operational with --operational)")
@@ -55,6 +60,17 @@ def main(argv: list[str] | None = None) -> int:
                              "(to split one matrix over processes; merge the progress files "
                              "and --report-only)")
     args = parser.parse_args(argv)
+    if args.mutants:
+        from benchmarks.chaos.mutants import run_matrix
+        from dedup.failpoints import KNOWN_MUTANTS
+
+        names = [] if args.mutants == "all" else [n for n in args.mutants.split(",") if n]
+        unknown_mutants = set(names) - set(KNOWN_MUTANTS)
+        if unknown_mutants:
+            parser.error(f"unknown mutants {sorted(unknown_mutants)}; known: "
+                         f"{', '.join(KNOWN_MUTANTS)}")
+        return run_matrix(RESULTS_DIR, args.seed, names or None, args.resume,
+                          args.max_minutes, not args.no_summary, args.name or "chaos_mutants")
     if args.operational and args.cluster:
         parser.error("--operational and --cluster are two matrices: run them one at a time")
     args.name = args.name or ("chaos_operational" if args.operational else

@@ -44,7 +44,7 @@ from benchmarks.chaos.faults import (
     wait_fired,
 )
 from dedup.constants import RECORD_ID_HEADER
-from dedup.failpoints import arm, fired
+from dedup.failpoints import arm, arm_mutant, fired
 from dedup.local.services import KafkaBroker, RedisServer, process_alive
 from sinks.kafka_io import consume_all, ensure_topic
 from sinks.verify import verify_topic
@@ -64,6 +64,10 @@ class RunSpec:
     seed: int
     batch: int
     point: str
+    # test-only broken variant switched on for the run (dedup.failpoints.KNOWN_MUTANTS)
+    mutant: str = ""
+    # pipeline variant of the run (benchmarks.chaos.mutants.VARIANTS), "" the plain one
+    variant: str = ""
 
 
 @dataclass
@@ -264,6 +268,8 @@ class Run:
         self.dir = env.workdir / "runs" / self.app_id
         self.fp_dir = self.dir / "failpoints"
         self.fp_dir.mkdir(parents=True, exist_ok=True)
+        if spec.mutant:  # before anything starts: every process reads it once
+            arm_mutant(self.fp_dir, spec.mutant)
         self.checkpoint = str(self.dir / "checkpoint")
         self.redis = (env.redis_cluster if spec.kind == "redis_primary_kill" else
                       env.redis["everysec" if spec.kind == "redis_kill_everysec" else "always"])
@@ -457,11 +463,16 @@ def run_inprocess(run: Run) -> int:
     from dedup.cli.config_file import parse_pipeline
     from dedup.cli.pipeline import Addresses, start_query
 
-    pipeline = parse_pipeline(pipeline_text(run.app_id, run.topic, run.spec))
+    text, transform = pipeline_text(run.app_id, run.topic, run.spec), None
+    if run.spec.variant:
+        from benchmarks.chaos.mutants import apply_variant
+
+        text, transform = apply_variant(run, text)
+    pipeline = parse_pipeline(text)
     bootstrap = run.env.kafka.bootstrap_servers
     addresses = Addresses(run.redis.url, bootstrap, bootstrap)
     return run_to_end(run, lambda: start_query(run.env.spark, pipeline, addresses,
-                                               run.checkpoint, str(run.fp_dir)),
+                                               run.checkpoint, str(run.fp_dir), transform),
                       run.component_back)
 
 

@@ -7,6 +7,7 @@ together (the CLI composes; the packages never import each other upward).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -194,8 +195,13 @@ def sink_frame(frame: DataFrame, pipeline: PipelineFile) -> DataFrame:
 
 
 def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresses,
-                checkpoint: str, fail_point_dir: str | None = None) -> StreamingQuery:
-    """Build the pipeline and start it from ``checkpoint`` (resumes when it exists)."""
+                checkpoint: str, fail_point_dir: str | None = None,
+                transform: Callable[[DataFrame], DataFrame] | None = None) -> StreamingQuery:
+    """Build the pipeline and start it from ``checkpoint`` (resumes when it exists).
+
+    ``transform`` is user code between the dedup step and the sink (the chaos
+    runner's non-deterministic step); the pipeline file has none.
+    """
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
     from sinks.config import DEPRECATED_OPTIONS
@@ -212,6 +218,8 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
         from dedup import deduplicate
 
         frame = deduplicate(frame, dedup_config(pipeline, addresses.redis_url, fail_point_dir))
+    if transform is not None:
+        frame = transform(frame)
     out = sink_frame(frame, pipeline)
     run = pipeline.table("run")
     writer: Any

@@ -1,0 +1,306 @@
+"""The mutant matrix: the chaos checks must fail on a toolkit that is not exactly-once.
+
+Each mutant (:data:`dedup.failpoints.KNOWN_MUTANTS`) is a deliberately broken
+variant of the toolkit, switched on for one run by a file in that run's
+fail-point folder (:func:`dedup.failpoints.mutant_on`). For each mutant,
+:data:`PLANS` names the fault kind (and fail-point) that should expose it, the
+pipeline variant its runs need, and the check expected to catch it. A mutant is
+*caught* when at least one of its runs fails the normal check of the chaos
+runner (lost, duplicated, phantoms, mismatched payloads, open transactions, or
+an error). One control run per mutant (its first spec, mutant off) must be
+exact: the failure is the mutant's, not the fault's or the variant's.
+
+``python -m benchmarks.chaos --mutants`` writes ``results/chaos_mutants.json``
+(and ``.md``) and merges ``chaos_mutants`` / ``chaos_mutants_caught`` into
+``summary.json``; mutant runs are not chaos runs (the ``chaos_*`` totals stay).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.chaos.runner import (
+    ROWS,
+    ROWS_PER_BATCH,
+    ChaosEnv,
+    Run,
+    RunResult,
+    RunSpec,
+    pipeline_text,
+    run_one,
+)
+from dedup.failpoints import KNOWN_MUTANTS, arm
+
+VARIANTS: dict[str, str] = {
+    "nondeterministic": "user code between dedup and the sink that differs per task attempt: "
+                        "a retried task appends '|recomputed-attempt-<n>' to every payload "
+                        "(the failure-free output, first attempts only, is unchanged)",
+    "tiny_bloom": "the Bloom filter of dup90_tiny_bloom (capacity 20, error rate 0.5): many "
+                  "false positives, each of which only the catalog can clear",
+    "late_events": "retention by event time (late_policy drop, horizon so that the rows are "
+                   "late by the wall clock) and a batch clock two days behind the wall clock "
+                   "(the dedup.batch_clock skew: batches replayed two days after they were "
+                   "planned), so nothing is late by the batch clock",
+}
+LATE_SKEW_S = 2 * 24 * 3600
+LATE_BUCKET_S = 30 * 24 * 3600
+
+CHECKS = ("lost", "duplicated", "phantoms", "mismatched", "open_transactions")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one mutant is exposed: fault kind, fail-point, pipeline variant, runs."""
+
+    kind: str
+    point: str = "dedup.after_claim"
+    variant: str = ""
+    runs: int = 3
+    expect: str = ""
+    """The check that should catch it (the report says which did)."""
+
+
+PLANS: dict[str, Plan] = {
+    "marker_ignored": Plan("worker_kill", "sink.after_commit", expect="duplicated"),
+    "claim_not_idempotent": Plan("worker_kill", "dedup.after_claim", expect="lost"),
+    "no_fencing": Plan("zombie_producer", expect="phantoms"),
+    "strong_productions_off": Plan("worker_kill", "sink.before_commit", "nondeterministic",
+                                   expect="mismatched"),
+    # Not dup90_tiny_bloom: its worker kill retries the claim, which the catalog's
+    # digest refuses (the mutant sends fewer candidates), so every run errs slowly.
+    "stale_bloom_trusted": Plan("zombie_producer", variant="tiny_bloom", expect="lost"),
+    "decisions_gc_early": Plan("worker_kill", "dedup.after_claim", expect="lost"),
+    "late_policy_wall_clock": Plan("worker_kill", "sink.after_checkpoint", "late_events",
+                                   runs=2, expect="lost"),
+    "checkpoint_per_attempt": Plan("worker_kill", "sink.mid_produce", "nondeterministic",
+                                   expect="mismatched"),
+}
+assert set(PLANS) == set(KNOWN_MUTANTS), "every mutant needs a plan"
+
+
+def schedule(seed: int, names: list[str] | None = None) -> list[RunSpec]:
+    """The mutant runs of ``names`` (default all), then one control run per mutant.
+
+    Seeded like the other matrices, and stable per mutant: a mutant's specs do
+    not depend on which others are selected.
+    """
+    batches = ROWS // ROWS_PER_BATCH
+    specs: list[RunSpec] = []
+    controls: list[RunSpec] = []
+    for number, name in enumerate(KNOWN_MUTANTS):
+        if names and name not in names:
+            continue
+        plan = PLANS[name]
+        rng = random.Random(seed * 100 + number)
+        for i in range(plan.runs):
+            spec = RunSpec(index=number * 10 + i, kind=plan.kind,
+                           seed=rng.randrange(1, 1_000_000),
+                           batch=rng.randrange(1, batches - 2), point=plan.point,
+                           mutant=name, variant=plan.variant)
+            specs.append(spec)
+            if i == 0:
+                controls.append(RunSpec(index=1000 + number, kind=spec.kind, seed=spec.seed,
+                                        batch=spec.batch, point=spec.point,
+                                        variant=spec.variant))
+    return specs + controls
+
+
+# -- pipeline variants (in-process runs) --------------------------------------
+
+def apply_variant(run: Run, text: str) -> tuple[str, Callable[[Any], Any] | None]:
+    """The pipeline file and the user transform of ``run.spec.variant``; arms what it needs."""
+    variant = run.spec.variant
+    if variant == "nondeterministic":
+        return text, _attempt_tagged
+    if variant == "tiny_bloom":
+        tiny = text.replace("bloom_capacity = 100000\n", "bloom_capacity = 20\n", 1) \
+            .replace("bloom_error_rate = 0.01\n", "bloom_error_rate = 0.5\n", 1)
+        if tiny.count("bloom_capacity = 20\n") + tiny.count("bloom_error_rate = 0.5\n") != 2:
+            raise ValueError("the tiny_bloom variant found no Bloom settings to replace in the "
+                             "pipeline file: update apply_variant to pipeline_text")
+        return tiny, None
+    if variant == "late_events":
+        from sources.synthetic_rows import DEFAULT_START_TIME
+
+        # Rows are ~329 days old: late by the wall clock with this horizon, not late by a
+        # batch clock two days behind it (the run's start is what both are measured from).
+        horizon = int(time.time() - DEFAULT_START_TIME) - LATE_SKEW_S // 2
+        text = pipeline_text(run.app_id, run.topic, run.spec, bucket_seconds=LATE_BUCKET_S,
+                             horizon_seconds=horizon)
+        text = text.replace("[dedup]\n", '[dedup]\nevent_time_column = "event_time"\n'
+                                         'late_policy = "drop"\n', 1)
+        arm(run.fp_dir, "dedup.batch_clock", "skew", seconds=-LATE_SKEW_S, from_batch=0)
+        run.fault.evidence["variant"] = VARIANTS[variant]
+        return text, None
+    raise ValueError(f"unknown pipeline variant {variant!r}; known: {', '.join(VARIANTS)}")
+
+
+def _attempt_tagged(frame: Any) -> Any:
+    """``payload`` through a non-deterministic UDF whose value differs on a task retry."""
+    from pyspark.sql import functions as sf
+    from pyspark.sql.types import StringType
+
+    def tag(payload: str | None) -> str | None:
+        # nested: pickled by value, so the workers need not import this module
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        attempt = context.attemptNumber() if context is not None else 0
+        if payload is None or attempt == 0:
+            return payload
+        return f"{payload}|recomputed-attempt-{attempt}"
+
+    udf = sf.udf(tag, StringType()).asNondeterministic()
+    return frame.withColumn("payload", udf(sf.col("payload")))
+
+
+# -- verdicts and figures -------------------------------------------------------
+
+def caught_by(result: RunResult) -> dict[str, int]:
+    """The failed checks of one run with their numbers (empty: the run was exact)."""
+    report = result.report
+    found = {check: int(report.get(check, 0)) for check in CHECKS
+             if isinstance(report.get(check), int) and report.get(check, 0) > 0}
+    if result.error:
+        found["error"] = 1
+    if not found and (result.outcome == "failed" or not report.get("ok", False)):
+        found["not_ok"] = 1
+    return found
+
+
+def figures(results: list[RunResult], seed: int, metadata: dict[str, Any],
+            scheduled: int) -> dict[str, Any]:
+    """Per mutant: runs, caught, which checks caught it (with numbers), the control."""
+    per: dict[str, dict[str, Any]] = {}
+    for name, description in KNOWN_MUTANTS.items():
+        runs = sorted((r for r in results if r.spec.mutant == name), key=lambda r: r.spec.index)
+        plan = PLANS[name]
+        control = next((r for r in results if not r.spec.mutant and r.spec.index ==
+                        1000 + list(KNOWN_MUTANTS).index(name)), None)
+        if not runs and control is None:
+            continue
+        checks: dict[str, int] = {}
+        caught_runs = 0
+        for r in runs:
+            found = caught_by(r)
+            caught_runs += bool(found)
+            for check, number in found.items():
+                checks[check] = checks.get(check, 0) + number
+        per[name] = {
+            "description": description, "kind": plan.kind,
+            "point": plan.point if plan.kind == "worker_kill" else "",
+            "variant": plan.variant, "expected_check": plan.expect,
+            "runs": len(runs), "caught_runs": caught_runs, "caught": caught_runs > 0,
+            "caught_by": checks,
+            "faults_confirmed": sum(1 for r in runs if r.fault.confirmed),
+            "control": None if control is None else {
+                "outcome": control.outcome, "exact": not caught_by(control),
+                "failed_checks": caught_by(control), "error": control.error},
+            "runs_detail": [_run_row(r) for r in runs],
+        }
+    caught = sum(1 for row in per.values() if row["caught"])
+    return {**metadata, "seed": seed, "runs": len(results), "runs_scheduled": scheduled,
+            "mutants": len(per), "mutants_caught": caught,
+            "not_caught": sorted(n for n, row in per.items() if not row["caught"]),
+            "controls_exact": sum(1 for row in per.values()
+                                  if row["control"] and row["control"]["exact"]),
+            "per_mutant": per}
+
+
+def _run_row(r: RunResult) -> dict[str, Any]:
+    report = r.report
+    return {"index": r.spec.index, "seed": r.spec.seed, "batch": r.spec.batch,
+            "confirmed": r.fault.confirmed, "outcome": r.outcome,
+            **{check: report.get(check) for check in CHECKS},
+            "error": r.error, "duration_s": round(r.duration_s, 1)}
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The figures as a markdown table."""
+    lines = [
+        f"Mutant matrix of {data.get('date', '?')}: {data['mutants_caught']} of "
+        f"{data['mutants']} mutants caught, {data['runs']} runs (controls included), seed "
+        f"{data['seed']}; controls exact: {data['controls_exact']}.",
+        "",
+        "| mutant | exposed by | runs | caught runs | caught by | control |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for name, row in data["per_mutant"].items():
+        where = row["kind"] + (f" at {row['point']}" if row["point"] else "") + \
+            (f", {row['variant']} pipeline" if row["variant"] else "")
+        checks = ", ".join(f"{c} {n}" for c, n in row["caught_by"].items()) or "**not caught**"
+        control = "-" if row["control"] is None else (
+            "exact" if row["control"]["exact"] else f"FAILED {row['control']['failed_checks']}")
+        lines.append(f"| `{name}` | {where} | {row['runs']} | {row['caught_runs']} | "
+                     f"{checks} | {control} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_matrix(results_dir: Path, seed: int, names: list[str] | None, resume: bool,
+               max_minutes: float, summary: bool,
+               name: str = "chaos_mutants") -> int:
+    """Run (or resume) the mutant matrix; write its figures. 0 when every mutant run is
+    caught and every control exact, else 1."""
+    import shutil
+    import tempfile
+
+    from benchmarks.chaos.__main__ import _kafka_version, _redis_version
+    from benchmarks.common import merge_summary, run_metadata
+
+    specs = schedule(seed, names)
+    progress = results_dir / f"{name}.progress.jsonl"
+    results: list[RunResult] = []
+    if resume and progress.exists():
+        wanted = {s.index: s for s in specs}
+        for line in progress.read_text().splitlines():
+            if line.strip():
+                result = RunResult.from_dict(json.loads(line))
+                if wanted.get(result.spec.index) != result.spec:
+                    raise SystemExit(f"{progress} holds a run of another schedule (run "
+                                     f"{result.spec.index}); rerun without --resume")
+                results.append(result)
+        print(f"{len(results)} mutant runs already done in {progress}", flush=True)
+    else:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        progress.write_text("")
+    done = {r.spec.index for r in results}
+    workdir = Path(tempfile.mkdtemp(prefix="dedup-mutants-"))
+    env = ChaosEnv(workdir).start()
+    started = time.monotonic()
+    try:
+        for spec in specs:
+            if spec.index in done:
+                continue
+            if max_minutes and time.monotonic() - started > max_minutes * 60:
+                print(f"time limit reached after {len(results)} runs", flush=True)
+                break
+            result = run_one(env, spec)
+            results.append(result)
+            with progress.open("a") as handle:
+                handle.write(json.dumps(result.as_dict(), default=str) + "\n")
+            print(f"run {spec.index:>4} {spec.mutant or 'control':<24} {spec.kind:<16} "
+                  f"hit={result.fault.confirmed!s:<5} caught_by={caught_by(result)} "
+                  f"{result.outcome} {result.duration_s:.0f}s {result.error[:80]}", flush=True)
+    finally:
+        env.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+    metadata = {**run_metadata(), "kafka": _kafka_version(), "redis": _redis_version()}
+    data = figures(results, seed, metadata, scheduled=len(specs))
+    data["runs_detail"] = [r.as_dict() for r in sorted(results, key=lambda r: r.spec.index)]
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / f"{name}.json").write_text(
+        json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    (results_dir / f"{name}.md").write_text(markdown(data))
+    if summary:
+        merge_summary({"chaos_mutants": data["mutants"],
+                       "chaos_mutants_caught": data["mutants_caught"]})
+    print(json.dumps({k: data[k] for k in ("runs", "mutants", "mutants_caught", "not_caught",
+                                           "controls_exact")}))
+    ok = data["mutants_caught"] == data["mutants"] and data["controls_exact"] == data["mutants"]
+    return 0 if ok else 1

@@ -1,0 +1,64 @@
+"""The mutant matrix's schedule, verdicts and figures (no services needed)."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.chaos.faults import FAULT_KINDS, FaultOutcome
+from benchmarks.chaos.mutants import PLANS, VARIANTS, caught_by, figures, markdown, schedule
+from benchmarks.chaos.runner import RunResult, RunSpec
+from dedup.failpoints import KNOWN_MUTANTS
+
+
+def _result(spec: RunSpec, **report: int) -> RunResult:
+    full = {"expected": 10, "observed": 10, "lost": 0, "duplicated": 0, "phantoms": 0,
+            "mismatched": 0, "open_transactions": 0, **report}
+    ok = not any(report.values())
+    return RunResult(spec=spec, fault=FaultOutcome(kind=spec.kind, confirmed=True),
+                     report={**full, "ok": ok}, outcome="exact" if ok else "failed")
+
+
+def test_every_mutant_has_a_plan_of_known_kinds_and_variants() -> None:
+    assert set(PLANS) == set(KNOWN_MUTANTS)
+    assert all(p.kind in FAULT_KINDS and p.variant in ("", *VARIANTS) for p in PLANS.values())
+
+
+def test_schedule_is_stable_per_mutant_and_ends_with_one_control_each() -> None:
+    everything = schedule(5)
+    one = schedule(5, ["no_fencing"])
+    assert [s for s in everything if s.mutant == "no_fencing"] == [s for s in one if s.mutant]
+    controls = [s for s in everything if not s.mutant]
+    assert len(controls) == len(KNOWN_MUTANTS)
+    assert len({s.index for s in everything}) == len(everything)
+
+
+def test_an_older_progress_line_without_mutant_fields_is_read() -> None:
+    line = {"spec": {"index": 0, "kind": "worker_kill", "seed": 1, "batch": 2,
+                     "point": "sink.after_commit"},
+            "fault": {"kind": "worker_kill"}}
+    result = RunResult.from_dict(json.loads(json.dumps(line)))
+    assert (result.spec.mutant, result.spec.variant) == ("", "")
+
+
+def test_a_mutant_is_caught_by_the_checks_that_failed() -> None:
+    specs = schedule(5, ["marker_ignored"])
+    caught, control = _result(specs[0], duplicated=7), _result(specs[-1])
+    assert caught_by(caught) == {"duplicated": 7}
+    assert caught_by(control) == {}
+    errored = _result(specs[1])
+    errored.error, errored.outcome = "RuntimeError: boom", "failed"
+    assert caught_by(errored) == {"error": 1}
+    data = figures([caught, errored, _result(specs[2]), control], 5, {"date": "d"}, 4)
+    row = data["per_mutant"]["marker_ignored"]
+    assert (row["runs"], row["caught_runs"], row["caught"]) == (3, 2, True)
+    assert row["caught_by"] == {"duplicated": 7, "error": 1}
+    assert row["control"]["exact"] and data["controls_exact"] == 1
+    assert (data["mutants"], data["mutants_caught"]) == (1, 1)
+    assert "| `marker_ignored` |" in markdown(data)
+
+
+def test_a_mutant_no_run_catches_is_reported() -> None:
+    specs = schedule(5, ["no_fencing"])
+    data = figures([_result(s) for s in specs], 5, {"date": "d"}, len(specs))
+    assert data["not_caught"] == ["no_fencing"] and data["mutants_caught"] == 0
+    assert "**not caught**" in markdown(data)
