@@ -28,6 +28,7 @@ from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.failpoints import arm, fired
 from sinks.kafka_io import ensure_topic
 from tests.integration.sinks.pipeline import check_exact, read_output, wait_for
+from tests.integration.spark_tasks import kill_if_still_stopped
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis, pytest.mark.chaos]
@@ -109,6 +110,7 @@ def test_dead_letters_and_outputs_become_visible_together_once(
         os.kill(int(record["pid"]), signal.SIGKILL)  # the task fails; Spark retries it
         assert query.awaitTermination(150), "the query did not finish after the kill"
     finally:
+        kill_if_still_stopped(fired(faults))
         if query.isActive:
             query.stop()
     assert query.exception() is None, str(query.exception())
