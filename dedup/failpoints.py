@@ -27,6 +27,9 @@ Names used by the toolkit:
     :func:`clock_offset`): a skewed clock, at the place a clock is read.
 ``sink.after_checkpoint``
     After a partition's rows were checkpointed and before producing.
+``sink.before_send_offsets``
+    After ``begin_transaction``, before the batch marker's
+    ``send_offsets_to_transaction`` (a cached producer's first broker call).
 ``sink.mid_produce``
     After half of a partition's records were produced, inside the transaction.
 ``sink.before_commit``
@@ -64,6 +67,7 @@ KNOWN_FAIL_POINTS = (
     "dedup.after_claim",
     "dedup.batch_clock",
     "sink.after_checkpoint",
+    "sink.before_send_offsets",
     "sink.mid_produce",
     "sink.before_commit",
     "sink.after_commit",

@@ -405,6 +405,8 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         # The marker first: a fenced (stale cached) producer fails here, before
         # any record is produced.
         marker = [TopicPartition(config.marker_topic, 0, batch + 1, metadata=query_id)]
+        fail_point("sink.before_send_offsets", config.fail_point_dir, batch=batch,
+                   partition=partition, attempt=attempt)
         with clock("send_offsets"):
             call_with_deadline(
                 lambda: producer.send_offsets_to_transaction(marker, group, OFFSETS_TIMEOUT_S),
