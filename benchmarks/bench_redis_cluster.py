@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_dedup import make_input, run_query
-from benchmarks.common import bench_args, merge_summary, progress, ratio, run_metadata, write_json
+from benchmarks.common import bench_args, best_runs, progress, publish, ratio
 from dedup.local.redis_cluster import LocalRedisCluster
 from dedup.local.services import RedisServer
 from dedup.local.spark import local_spark_session
@@ -76,23 +76,17 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    results = {variant: {**max(vr, key=lambda r: r["records_per_s"]),
-                         "all_records_per_s": [r["records_per_s"] for r in vr]}
-               for variant, vr in runs.items()}
+    results = best_runs(runs)
     single = results["single"]["records_per_s"]
     figures = {
         "dedup_redis_replica_wait_over_single": ratio(results["replica_wait"]["records_per_s"],
                                                       single),
         "dedup_redis_cluster_over_single": ratio(results["cluster"]["records_per_s"], single),
     }
-    report = {"metadata": run_metadata(),
-              "setup": {**vars(args), "distinct_ids": distinct, "master": "local[2]",
-                        "sink": "noop", "redis": "AOF everysec on every node",
-                        "cluster": "3 primaries, 1 replica each"},
-              "results": results, **figures}
-    path = write_json("redis_cluster.json", report)
-    merge_summary({k: v for k, v in figures.items() if v is not None})
-    print(f"wrote {path}: {figures}")
+    publish("redis_cluster.json",
+            {**vars(args), "distinct_ids": distinct, "master": "local[2]", "sink": "noop",
+             "redis": "AOF everysec on every node", "cluster": "3 primaries, 1 replica each"},
+            results, figures)
 
 
 if __name__ == "__main__":

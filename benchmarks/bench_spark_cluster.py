@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_dedup import make_input, run_query
-from benchmarks.common import bench_args, merge_summary, progress, ratio, run_metadata, write_json
+from benchmarks.common import bench_args, best_runs, progress, publish, ratio
 from dedup.local.services import RedisServer
 from dedup.local.spark import local_spark_session
 from dedup.local.spark_cluster import SparkStandaloneCluster
@@ -76,19 +76,13 @@ def main() -> None:
                     say(f"{variant} run {rep}: {run['records_per_s']:,} records/s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    results = {variant: {**max(vr, key=lambda r: r["records_per_s"]),
-                         "all_records_per_s": [r["records_per_s"] for r in vr]}
-               for variant, vr in runs.items()}
+    results = best_runs(runs)
     figures = {"dedup_spark_standalone_over_local": ratio(
         results["standalone"]["records_per_s"], results["local"]["records_per_s"])}
-    report = {"metadata": run_metadata(),
-              "setup": {**vars(args), "distinct_ids": distinct, "sink": "noop",
-                        "local": "local[2]", "standalone": "master + 2 workers x 1 core, 1 GB",
-                        "redis": "one, AOF everysec"},
-              "results": results, **figures}
-    path = write_json("spark_cluster.json", report)
-    merge_summary({k: v for k, v in figures.items() if v is not None})
-    print(f"wrote {path}: {figures}")
+    publish("spark_cluster.json",
+            {**vars(args), "distinct_ids": distinct, "sink": "noop", "local": "local[2]",
+             "standalone": "master + 2 workers x 1 core, 1 GB", "redis": "one, AOF everysec"},
+            results, figures)
 
 
 if __name__ == "__main__":

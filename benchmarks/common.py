@@ -233,3 +233,21 @@ def operator_skeleton(df: Any, id_column: str, num_shards: int, partitions: int)
     return (df.repartition(partitions, placement_column(shard, num_shards, partitions))
             .withColumn(RESULT_COLUMN, decide(record_id, shard, id_problem_column(record_id)))
             .filter(sf.col(f"{RESULT_COLUMN}.{STATUS}") == 0).drop(RESULT_COLUMN))
+
+
+def best_runs(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per variant, its fastest run (``records_per_s``) with every run's rate beside it."""
+    return {variant: {**max(vr, key=lambda r: r["records_per_s"]),
+                      "all_records_per_s": [r["records_per_s"] for r in vr]}
+            for variant, vr in runs.items()}
+
+
+def publish(file_name: str, setup: dict[str, Any], results: dict[str, Any],
+            figures: dict[str, float | None]) -> Path:
+    """Write ``results/<file_name>`` (metadata, setup, results, figures), merge the
+    figures that exist into ``summary.json`` and say so; the written path."""
+    path = write_json(file_name, {"metadata": run_metadata(), "setup": setup,
+                                  "results": results, **figures})
+    merge_summary({k: v for k, v in figures.items() if v is not None})
+    print(f"wrote {path}: {figures}")
+    return path

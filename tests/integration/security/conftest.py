@@ -3,6 +3,9 @@ by openssl for this session."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,3 +46,28 @@ def secured_kafka(services_dir: Path) -> Iterator[KafkaBroker]:
 
         close_clients()
         broker.stop()
+
+
+def run_dedup(argv: list[str], cache: Path,
+              timeout: float = 500) -> subprocess.CompletedProcess[str]:
+    """``dedup <argv>`` in a child process whose cache (logs, checkpoints) is ``cache``."""
+    from tests.integration.cli.jars import jar_env
+
+    env = {**os.environ, "DEDUP_CACHE_DIR": str(cache), **jar_env()}
+    dedup = Path(sys.executable).with_name("dedup")
+    return subprocess.run([str(dedup), *argv], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+
+
+def assert_no_secret(results: list[subprocess.CompletedProcess[str]], cache: Path,
+                     secrets: list[str]) -> None:
+    """No stdout, stderr or file under ``cache`` (Spark's logs, the checkpoint) of the
+    runs shows any of ``secrets``."""
+    outputs = {"stdout": "".join(r.stdout for r in results),
+               "stderr": "".join(r.stderr for r in results)}
+    for path in cache.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            outputs[str(path)] = path.read_bytes().decode(errors="replace")
+    leaked = [name for name, text in outputs.items()
+              if any(secret in text for secret in secrets)]
+    assert not leaked, f"a secret shows in {leaked}"

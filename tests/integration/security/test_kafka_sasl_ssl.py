@@ -9,17 +9,18 @@ must use them too. No output of the run may show either password.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from dedup.local.services import KafkaBroker, RedisServer
 from tests.integration.cli.example import example_config
-from tests.integration.cli.jars import jar_env
-from tests.integration.security.conftest import KAFKA_PASSWORD, PASSWORD
+from tests.integration.security.conftest import (
+    KAFKA_PASSWORD,
+    PASSWORD,
+    assert_no_secret,
+    run_dedup,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis, pytest.mark.slow]
@@ -40,22 +41,12 @@ def test_run_exact_over_sasl_ssl_and_no_output_shows_a_password(
         tmp_path: Path) -> None:
     config = _secured_pipeline(secured_kafka, app_id, tmp_path)
     cache = tmp_path / "cache"
-    env = {**os.environ, "DEDUP_CACHE_DIR": str(cache), **jar_env()}
-    dedup = Path(sys.executable).with_name("dedup")
-    result = subprocess.run(
-        [str(dedup), "run", str(config), "--redis-url", secured_redis.url, "--bootstrap",
-         secured_kafka.bootstrap_servers, "--verify"],
-        capture_output=True, text=True, timeout=500, env=env, check=False)
+    result = run_dedup(["run", str(config), "--redis-url", secured_redis.url, "--bootstrap",
+                        secured_kafka.bootstrap_servers, "--verify"], cache)
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     assert "lost 0, duplicated 0, phantoms 0, mismatched 0, open transactions 0" \
         in result.stdout, result.stdout
-    outputs = {"stdout": result.stdout, "stderr": result.stderr}
-    for path in cache.rglob("*"):
-        if path.is_file() and path.stat().st_size < 50_000_000:
-            outputs[str(path)] = path.read_bytes().decode(errors="replace")
-    leaked = [name for name, text in outputs.items()
-              if KAFKA_PASSWORD in text or PASSWORD in text]
-    assert not leaked, f"a password shows in {leaked}"
+    assert_no_secret([result], cache, [KAFKA_PASSWORD, PASSWORD])
 
 
 SOURCE_RECORDS = 400
@@ -106,21 +97,11 @@ def test_run_reads_a_sasl_ssl_source_and_dedups_it_exactly(
         f'key_column = "key"\nvalue_column = "value"\n[sink.options]\n{sink_options}'
         "[run]\nstop_after_idle_seconds = 3.0\n")
     cache = tmp_path / "cache"
-    env = {**os.environ, "DEDUP_CACHE_DIR": str(cache), **jar_env()}
-    dedup = Path(sys.executable).with_name("dedup")
-    result = subprocess.run(
-        [str(dedup), "run", str(config), "--redis-url", secured_redis.url, "--bootstrap",
-         bootstrap, "--max-seconds", "300"],
-        capture_output=True, text=True, timeout=500, env=env, check=False)
+    result = run_dedup(["run", str(config), "--redis-url", secured_redis.url, "--bootstrap",
+                        bootstrap, "--max-seconds", "300"], cache)
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     report = verify_topic(bootstrap, output, expected, client_config=client)
     assert report.ok, report.summary()
     assert (report.lost, report.duplicated, report.phantoms, report.mismatched,
             report.open_transactions) == (0, 0, 0, 0, 0)
-    outputs = {"stdout": result.stdout, "stderr": result.stderr}
-    for path in cache.rglob("*"):
-        if path.is_file() and path.stat().st_size < 50_000_000:
-            outputs[str(path)] = path.read_bytes().decode(errors="replace")
-    leaked = [name for name, text in outputs.items()
-              if KAFKA_PASSWORD in text or PASSWORD in text]
-    assert not leaked, f"a password shows in {leaked}"
+    assert_no_secret([result], cache, [KAFKA_PASSWORD, PASSWORD])

@@ -9,9 +9,6 @@ progress line, not Spark's logs.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +18,7 @@ from dedup import CatalogUnavailableError, DedupConfig, RedisCatalog, RedisConfi
 from dedup.local.services import RedisServer
 from sinks.config import SinkConfig
 from tests.integration.cli.example import example_config
-from tests.integration.cli.jars import jar_env
-from tests.integration.security.conftest import PASSWORD
+from tests.integration.security.conftest import PASSWORD, assert_no_secret, run_dedup
 from tests.integration.sinks.pipeline import assert_pipeline_exact
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
@@ -64,25 +60,13 @@ def test_no_output_of_a_run_shows_the_password(secured_redis: RedisServer,
                                                tmp_path: Path) -> None:
     config = example_config(app_id, tmp_path)
     cache = tmp_path / "cache"
-    env = {**os.environ, "DEDUP_CACHE_DIR": str(cache), **jar_env()}
-    dedup = Path(sys.executable).with_name("dedup")
-    result = subprocess.run(
-        [str(dedup), "run", str(config), "--redis-url", secured_redis.url, "--bootstrap",
-         kafka_bootstrap, "--verify"],
-        capture_output=True, text=True, timeout=400, env=env, check=False)
+    result = run_dedup(["run", str(config), "--redis-url", secured_redis.url, "--bootstrap",
+                        kafka_bootstrap, "--verify"], cache, timeout=400)
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     assert "lost 0, duplicated 0, phantoms 0" in result.stdout
     # a run that fails (the wrong password) prints its error, and no secret either
     wrong = secured_redis.url.replace(PASSWORD, PASSWORD[::-1])
-    failed = subprocess.run(
-        [str(dedup), "run", str(config), "--redis-url", wrong, "--bootstrap",
-         kafka_bootstrap], capture_output=True, text=True, timeout=400, env=env, check=False)
+    failed = run_dedup(["run", str(config), "--redis-url", wrong, "--bootstrap",
+                        kafka_bootstrap], cache, timeout=400)
     assert failed.returncode != 0
-    outputs = {"stdout": result.stdout + failed.stdout,
-               "stderr": result.stderr + failed.stderr}
-    for path in cache.rglob("*"):
-        if path.is_file() and path.stat().st_size < 50_000_000:
-            outputs[str(path)] = path.read_bytes().decode(errors="replace")
-    leaked = [name for name, text in outputs.items()
-              if PASSWORD in text or PASSWORD[::-1] in text]
-    assert not leaked, f"the password shows in {leaked}"
+    assert_no_secret([result, failed], cache, [PASSWORD, PASSWORD[::-1]])
