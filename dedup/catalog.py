@@ -25,6 +25,7 @@ are registered once per client (redis-py reloads them on NOSCRIPT).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pkgutil
 import threading
@@ -42,10 +43,12 @@ from dedup.exceptions import (
     AppIdInUseError,
     CatalogStateError,
     CatalogUnavailableError,
+    DedupError,
     ReplicaAckError,
     ShardCountMismatchError,
     UnsafeSettingError,
 )
+from dedup.failover import ride_out_failover
 from dedup.failpoints import mutant_on
 from dedup.redis_nodes import client_for_key, is_cluster, node_clients, refresh_topology
 
@@ -193,10 +196,46 @@ def redis_errors(redis_config: RedisConfig, what: str) -> Iterator[None]:
             f"({type(exc).__name__}: {exc}); the batch fails and Spark retries it. Check that "
             "Redis runs and the URL, password and TLS settings are right"
         ) from exc
+    except redis.exceptions.ReadOnlyError as exc:
+        if not redis_config.cluster:
+            raise CatalogStateError(
+                f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}"
+            ) from exc
+        # a cluster node demoted by a failover, still in this client's slot map
+        raise CatalogUnavailableError(
+            f"Redis at {redact_url(redis_config.url)} is failing over during {what} "
+            f"({type(exc).__name__}: {exc}); the batch fails and Spark retries it"
+        ) from exc
     except redis.exceptions.ResponseError as exc:
         raise CatalogStateError(
             f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}"
         ) from exc
+
+
+class _RedisTopology:
+    """:class:`dedup.failover.Topology` of the catalog's Redis, through this process's
+    client."""
+
+    def __init__(self, redis_config: RedisConfig) -> None:
+        self.redis_config = redis_config
+
+    @property
+    def cluster(self) -> bool:
+        return self.redis_config.cluster
+
+    def refresh(self) -> None:
+        with contextlib.suppress(DedupError):  # not even reachable: the next attempt says
+            refresh_topology(client_and_scripts(self.redis_config)[0])
+
+    def connected_replicas(self, key: str) -> int:
+        client, _ = client_and_scripts(self.redis_config)
+        with redis_errors(self.redis_config, "reading the replicas of a shard's primary"):
+            info = client_for_key(client, key).info("replication")
+        # A replica that just (re)attached is connected long before it can acknowledge
+        # anything (a full sync first): count only those past it (state=online).
+        return sum(1 for name, value in info.items()
+                   if name.startswith("slave") and isinstance(value, dict)
+                   and value.get("state") == "online")
 
 
 @dataclass(frozen=True)
@@ -417,6 +456,10 @@ class RedisCatalog:
         ``tag`` is the ``(epoch, version, token)`` of the caller's Bloom filter;
         ``now`` the batch's timestamp (the same for every attempt of the batch).
 
+        Safe to repeat. While Redis fails over, the claim is repeated for up to
+        ``RedisConfig.failover_wait`` seconds (:func:`dedup.failover.ride_out_failover`);
+        a replayed decision is trusted only once the replicas hold it, as a new one.
+
         Raises
         ------
         CatalogStateError
@@ -424,7 +467,21 @@ class RedisCatalog:
             candidate IDs: a second dedup step with this app id in the same
             batch, or an input that changed between attempts. Replaying it
             would drop IDs that were never claimed, so the batch fails instead.
+        CatalogUnavailableError
+            Redis could not be reached, or (:class:`ReplicaAckError`) too few
+            replicas acknowledged the claim, and a failover wait, if any, ran out:
+            the batch fails closed and its retry replays or redoes the claim.
         """
+        return ride_out_failover(
+            lambda: self._claim_once(shard, decision, tag, negatives, positives,
+                                     lease_owner, now),
+            _RedisTopology(self.config.redis), state_key(self.config.app_id, shard),
+            self.required_replicas, self.config.redis.failover_wait,
+            f"the claim of shard {shard} ({decision})")
+
+    def _claim_once(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
+                    negatives: list[str], positives: list[str], lease_owner: str,
+                    now: float) -> ClaimReply:
         app, cfg = self.config.app_id, self.config
         buckets = lookup_buckets(cfg, now)
         keys = [state_key(app, shard), decisions_key(app, shard), journal_key(app, shard)]
@@ -516,7 +573,15 @@ class RedisCatalog:
             )
 
     def snapshot(self, shard: int, now: float) -> Snapshot:
-        """All live IDs of ``shard`` and the version they reflect (one atomic read)."""
+        """All live IDs of ``shard`` and the version they reflect (one atomic read).
+
+        Safe to repeat; repeated like a claim while Redis fails over."""
+        return ride_out_failover(
+            lambda: self._snapshot_once(shard, now), _RedisTopology(self.config.redis),
+            state_key(self.config.app_id, shard), lambda: 0, self.config.redis.failover_wait,
+            f"the Bloom snapshot of shard {shard}")
+
+    def _snapshot_once(self, shard: int, now: float) -> Snapshot:
         app = self.config.app_id
         keys = [state_key(app, shard)]
         keys += [bucket_key(app, shard, b) for b in lookup_buckets(self.config, now)]

@@ -86,6 +86,17 @@ class RedisConfig:
     replica_timeout:
         Seconds a claim waits for its replicas; then the batch fails (fail closed)
         and Spark retries it. Must be below ``socket_timeout``.
+    failover_wait:
+        Seconds a claim keeps repeating itself, with backoff, while Redis fails
+        over (:mod:`dedup.failover`): on a Redis Cluster while a slot has no
+        primary or moved, and on any Redis while the claim's primary has fewer
+        connected replicas than claims wait for (a promoted replica before one
+        attaches). The default 20 s covers a primary's death on a cluster with
+        Redis' default ``cluster-node-timeout`` (15 s) plus the election, and a
+        restarted old primary rejoining as a replica. Other errors fail at once.
+        When the wait runs out the batch fails closed exactly as with 0 (no wait,
+        every failed claim fails its task at once); a held claim delays its
+        batch by at most this long plus one call's timeouts.
     """
 
     url: str = "redis://127.0.0.1:6379/0"
@@ -95,6 +106,7 @@ class RedisConfig:
     options: Mapping[str, Any] = field(default_factory=dict)
     wait_replicas: int | None = None
     replica_timeout: float = 5.0
+    failover_wait: float = 20.0
 
     def __post_init__(self) -> None:
         scheme = urlsplit(self.url).scheme
@@ -120,13 +132,18 @@ class RedisConfig:
         if not 0 < self.replica_timeout < self.socket_timeout:
             raise ConfigError(f"redis replica_timeout ({self.replica_timeout} s) must be > 0 "
                               f"and below socket_timeout ({self.socket_timeout} s)")
+        if isinstance(self.failover_wait, bool) or not isinstance(
+                self.failover_wait, (int, float)) or not 0 <= self.failover_wait < 3600:
+            raise ConfigError(f"redis failover_wait must be >= 0 and below 3600 seconds "
+                              f"(0: no wait), not {self.failover_wait!r}")
         object.__setattr__(self, "options", dict(self.options))
 
     def __repr__(self) -> str:
         return (
             f"RedisConfig(url={redact_url(self.url)!r}, socket_timeout={self.socket_timeout}, "
             f"require_persistence={self.require_persistence}, "
-            f"wait_replicas={self.wait_replicas}, options=<{len(self.options)} keys>)"
+            f"wait_replicas={self.wait_replicas}, failover_wait={self.failover_wait}, "
+            f"options=<{len(self.options)} keys>)"
         )
 
     @property

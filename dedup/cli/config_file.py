@@ -51,7 +51,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
     },
     # wait_replicas -1: the count recorded for the app id (RedisConfig's None)
     "redis": {"url": "", "require_persistence": _DEDUP.redis.require_persistence,
-              "wait_replicas": -1},
+              "wait_replicas": -1, "failover_wait_seconds": _DEDUP.redis.failover_wait},
     "sink": {
         "type": "kafka", "bootstrap_servers": "", "topic": "", "partitions": 2,
         "key_column": "key", "value_column": "", "options": {},

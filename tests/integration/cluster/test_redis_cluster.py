@@ -87,7 +87,8 @@ def test_claim_waits_for_the_replica_of_its_own_primary(
 
 def test_failover_keeps_every_acknowledged_claim(redis_cluster: LocalRedisCluster) -> None:
     app = f"rf-{uuid.uuid4().hex[:8]}"
-    cfg = _config(redis_cluster, app, replica_timeout=1.0)
+    # failover_wait=0: the claims fail closed at once, as they do once the wait ran out
+    cfg = _config(redis_cluster, app, replica_timeout=1.0, failover_wait=0)
     catalog = RedisCatalog(cfg)
     catalog.check_setup()
     claimer = ShardClaimer(cfg, catalog, FilterCache())

@@ -32,6 +32,9 @@ from tests.integration.sinks.pipeline import (
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis, pytest.mark.cluster]
 
+COMEBACK = 30.0
+"""Seconds after a promotion before the killed primary restarts (as a replica)."""
+
 
 def test_pipeline_exact_on_redis_cluster(spark: Any, kafka_bootstrap: str,
                                          redis_cluster: LocalRedisCluster, app_id: str,
@@ -88,6 +91,57 @@ def test_primary_killed_after_an_acknowledged_claim(spark: Any, kafka_bootstrap:
             redis_cluster.wait_healthy()
     killer.join(60)
     redis_cluster.wait_healthy()
+    assert killed, "the fault did not hit: no primary was killed"
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
+
+
+def test_query_rides_out_a_primary_kill_without_a_restart(
+        spark: Any, kafka_bootstrap: str, redis_cluster: LocalRedisCluster, app_id: str,
+        tmp_checkpoint: str, tmp_path: Path) -> None:
+    """The same kill, but the query must finish on its own: claims wait out the failover
+    (``RedisConfig.failover_wait``) instead of failing every task attempt within it.
+
+    The old primary comes back only ``COMEBACK`` seconds after the promotion (a machine
+    that reboots), so the promoted primary has no replica for longer than Spark's four
+    task attempts last (each fails once its ``WAIT`` times out): without the wait the
+    query dies every time, not only when a claim lands in the short window without a
+    primary."""
+    sinks.register(spark)
+    fp_dir = tmp_path / "fp"
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_cluster.url,
+                      fail_point_dir=str(fp_dir))
+    arm(fp_dir, "dedup.after_claim", "sleep", match={"batch": 1}, seconds=6)
+    killed: list[int] = []
+
+    def kill_primary() -> None:
+        deadline = time.monotonic() + 150
+        while not fired(fp_dir, "dedup.after_claim") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hits = fired(fp_dir, "dedup.after_claim")
+        if not hits:
+            return
+        shard = int(hits[0].get("context", {}).get("shard", 0))
+        port = redis_cluster.primary_port_for_key(state_key(app_id, shard))
+        redis_cluster.node(port).kill()
+        killed.append(port)
+        if redis_cluster.promoted(state_key(app_id, shard), port,
+                                  deadline - time.monotonic()) is None:
+            return
+        time.sleep(COMEBACK)
+        redis_cluster.node(port).start()  # back as the new primary's replica
+
+    killer = threading.Thread(target=kill_primary, daemon=True)
+    killer.start()
+    try:
+        # No restart: a StreamingQueryException (or the AssertionError run_to_end makes
+        # of a failed query) fails the test.
+        run_to_end(df, sink_options(kafka_bootstrap, topics, app_id, redis_cluster.url),
+                   tmp_checkpoint)
+    finally:
+        killer.join(COMEBACK + 60)
+        redis_cluster.wait_healthy()
     assert killed, "the fault did not hit: no primary was killed"
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert report.ok and report.open_transactions == 0, report.summary()

@@ -193,7 +193,10 @@ def test_a_claim_is_acknowledged_only_once_a_replica_holds_it(tmp_path: Any) -> 
     with RedisServer(tmp_path / "primary") as primary, \
             RedisServer(tmp_path / "replica") as replica_server:
         replica = _replicate(primary.url, replica_server.url)
-        cfg = make_config(primary.url, bloom=BloomConfig(enabled=False))
+        # failover_wait=0: the claim below fails at once, as it does once the wait ran out
+        cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}",
+                          RedisConfig(primary.url, failover_wait=0), num_shards=1,
+                          bloom=BloomConfig(enabled=False))
         RedisCatalog(cfg).check_setup()
         worker = claimer(cfg)
         now = 1_800_000_000.0
@@ -228,8 +231,8 @@ def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_to
             RedisServer(tmp_path / "replica") as replica_server:
         replica = _replicate(primary.url, replica_server.url)
         cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}",
-                          RedisConfig(primary.url, replica_timeout=0.5), num_shards=1,
-                          bloom=BloomConfig(enabled=False))
+                          RedisConfig(primary.url, replica_timeout=0.5, failover_wait=0),
+                          num_shards=1, bloom=BloomConfig(enabled=False))
         assert RedisCatalog(cfg).check_setup()["replicas"] == "1"
         worker = claimer(cfg)
         now = 1_800_000_000.0
@@ -250,3 +253,34 @@ def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_to
         assert RedisCatalog(told).check_setup()["replicas"] == "0"
         assert RedisCatalog(promoted).check_setup()["replicas"] == "0"  # recorded now
         assert claimer(told).claim("q", 1, 0, ["x1"], now=now).keep.tolist() == [False]
+
+
+def test_a_claim_waits_for_a_replica_that_comes_back_within_the_failover_wait(
+        tmp_path: Any) -> None:
+    """The primary lost its only replica (a failover just promoted it, or the link
+    broke): the claim repeats itself until the replica is back, and its decision is
+    trusted only once the replica holds it (the repeat replays it and WAITs again)."""
+    import threading
+    import time
+
+    from dedup.local.services import RedisServer
+
+    with RedisServer(tmp_path / "primary") as primary, \
+            RedisServer(tmp_path / "replica") as replica_server:
+        replica = _replicate(primary.url, replica_server.url)
+        cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}",
+                          RedisConfig(primary.url, replica_timeout=0.5, failover_wait=30),
+                          num_shards=1, bloom=BloomConfig(enabled=False))
+        assert RedisCatalog(cfg).check_setup()["replicas"] == "1"
+        replica.execute_command("REPLICAOF", "NO", "ONE")
+        back = threading.Timer(2.0, _replicate, (primary.url, replica_server.url))
+        back.start()
+        started = time.monotonic()
+        try:
+            outcome = claimer(cfg).claim("q", 0, 0, ["x1"], now=1_800_000_000.0)
+        finally:
+            back.join()
+        assert outcome.keep.tolist() == [True]
+        assert time.monotonic() - started >= 2.0, "acknowledged before a replica held it"
+        assert any(replica.sismember(key, "x1") for key in replica.scan_iter(
+            match=f"dedup:{{{cfg.app_id}:s0}}:ids:*"))

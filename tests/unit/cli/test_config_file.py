@@ -64,6 +64,16 @@ def test_pipeline_file_wait_replicas_maps_to_the_redis_config() -> None:
     assert (auto.redis.wait_replicas, told.redis.wait_replicas) == (None, 2)
 
 
+def test_pipeline_file_failover_wait_maps_to_the_redis_config() -> None:
+    from dedup.cli.pipeline import dedup_config
+
+    text = 'app_id = "w"\n[sink]\ntopic = "t"\n[redis]\n'
+    default = dedup_config(parse_pipeline(text), "redis://127.0.0.1:1/0")
+    off = dedup_config(parse_pipeline(text + "failover_wait_seconds = 0\n"),
+                       "redis://127.0.0.1:1/0")
+    assert (default.redis.failover_wait, off.redis.failover_wait) == (20.0, 0.0)
+
+
 def test_dotted_sink_options_may_be_written_unquoted() -> None:
     # TOML reads an unquoted dotted key as nested tables; the sink's options are
     # dotted names, so the file must hand them on as the names written.
