@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.chaos.faults import wait_fired
+from benchmarks.chaos.faults import NON_EMPTY, wait_fired
 from benchmarks.chaos.runner import (
     ROWS,
     ROWS_PER_BATCH,
@@ -165,8 +165,8 @@ def _partial_batch(run: Run, pipeline: Any, redis_url: str, partition: int) -> d
     Returns the evidence: the fired fail-point's context and the markers.
     """
     k = run.spec.batch
-    arm(run.fp_dir, "sink.after_checkpoint", "sleep", match={"batch": k, "partition": partition},
-        seconds=HOLD_S)
+    arm(run.fp_dir, "sink.after_checkpoint", "sleep",
+        match={"batch": k, "partition": partition, **NON_EMPTY}, seconds=HOLD_S)
     query = _start(run, pipeline, redis_url, run.checkpoint)
     evidence: dict[str, Any] = {"query_id": str(query.id), "held_partition": partition}
     try:
@@ -346,7 +346,7 @@ def _second_pipeline(run: Run) -> int:
     import json
 
     k = run.spec.batch
-    arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k}, seconds=25)
+    arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k, **NON_EMPTY}, seconds=25)
     config = run.dir / "pipeline.toml"
     config.write_text(pipeline_text(run.app_id, run.topic, run.spec))
     bootstrap = run.env.kafka.bootstrap_servers
@@ -433,7 +433,7 @@ def _redis_maxmemory(run: Run) -> int:
     back.set()
     ev = run.fault.evidence
     k = run.spec.batch
-    arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k}, seconds=2)
+    arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k, **NON_EMPTY}, seconds=2)
     policy = client.config_get("maxmemory-policy")["maxmemory-policy"]
 
     def squeeze() -> None:
@@ -498,7 +498,8 @@ def _redis_failover(run: Run) -> int:
     try:
         rep = _redis(replica.url)
         _follow(rep, primary.port)
-        arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k}, seconds=2)
+        arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k, **NON_EMPTY},
+            seconds=2)
         pipeline = _pipeline(run)
         query = _start(run, pipeline, primary.url, run.checkpoint)
         try:
@@ -609,7 +610,7 @@ def _two_outputs(run: Run) -> int:
                 .option("checkpointLocation", run.checkpoint).queryName(run.app_id)
                 .trigger(processingTime="0 seconds").start())
 
-    arm(run.fp_dir, "sink.after_commit", "kill", match={"batch": k})
+    arm(run.fp_dir, "sink.after_commit", "kill", match={"batch": k, **NON_EMPTY})
     try:
         restarts = _finish(run, pipeline, url, run.checkpoint, start=start)
     finally:
@@ -688,8 +689,8 @@ def _marker_retention(run: Run) -> int:
         _restart_broker(broker, {**saved,
                                  "offsets.retention.minutes": str(MARKER_RETENTION_MINUTES),
                                  "offsets.retention.check.interval.ms": "5000"})
-        arm(run.fp_dir, "sink.after_commit", "sleep", match={"batch": k, "partition": partition},
-            seconds=HOLD_S)
+        arm(run.fp_dir, "sink.after_commit", "sleep",
+            match={"batch": k, "partition": partition, **NON_EMPTY}, seconds=HOLD_S)
         query = _start(run, pipeline, url, run.checkpoint)
         try:
             hit = wait_fired(run.fp_dir, "sink.after_commit", 180,
