@@ -57,13 +57,22 @@ from sinks.verify import verify_topic
 ROWS = 1200
 ROWS_PER_BATCH = 200
 MAX_RESTARTS = 6
-REDIS_SOCKET_TIMEOUT_S = 10.0  # RedisConfig's default, which the pipeline file keeps
 # Spark's task attempts in local[2,4] / local-cluster: a fault the task retries absorb
 # never reaches the query; one that outlasts them all fails it.
 TASK_ATTEMPTS = 4
 # The codes of a fenced producer: a newer one with its transactional id took over.
 FENCING_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                            KafkaError.INVALID_PRODUCER_EPOCH})
+# redis_unreachable: the pipeline's Redis client gives up after this (a query-string
+# option of the URL, which redis-py prefers to RedisConfig's 10 s), and redis-py tries
+# a call REDIS_PY_TRIES times with up to REDIS_PY_BACKOFF_S of waits in between (its
+# default Retry). The freeze outlasts all of Spark's task attempts: with the default
+# 10 s the outage had to last over 3 minutes, or the retries absorbed it (seen in the
+# strict subset: a 60 s freeze, no query error, the batch went through afterwards).
+FROZEN_CLIENT_TIMEOUT_S = 2.0
+REDIS_PY_TRIES = 4
+REDIS_PY_BACKOFF_S = 7.0
+FREEZE_S = TASK_ATTEMPTS * (REDIS_PY_TRIES * FROZEN_CLIENT_TIMEOUT_S + REDIS_PY_BACKOFF_S) + 15
 # Kinds whose fault needs the batch after the faulted one (it must exist).
 NEEDS_NEXT_BATCH = frozenset({"two_outputs_foreach_batch"})
 
@@ -416,9 +425,9 @@ class Run:
         hit = self._wait_sync("dedup.after_claim")
         if hit is None or self.redis.pid is None:
             return
-        # Longer than every task attempt's client timeout together: Spark's task
+        # Longer than every task attempt's client timeouts together: Spark's task
         # retries must not absorb the outage, the query has to fail (closed) on it.
-        seconds = REDIS_SOCKET_TIMEOUT_S * (TASK_ATTEMPTS + 2)
+        seconds = FREEZE_S
         self.component_back.clear()
         ev = self.fault.evidence
         try:
@@ -430,7 +439,7 @@ class Run:
             ev["frozen_until"] = time.time()
             self.component_back.set()
         self.fault.detail = f"redis-server SIGSTOPped {seconds:.0f} s (client timeout " \
-                            f"{REDIS_SOCKET_TIMEOUT_S:.0f} s)"
+                            f"{FROZEN_CLIENT_TIMEOUT_S:.0f} s)"
         self._start_clock()
 
     def _kafka_kill(self) -> None:
@@ -532,7 +541,10 @@ def run_inprocess(run: Run) -> int:
 
     pipeline = parse_pipeline(pipeline_text(run.app_id, run.topic, run.spec))
     bootstrap = run.env.kafka.bootstrap_servers
-    addresses = Addresses(run.redis.url, bootstrap, bootstrap)
+    url = run.redis.url
+    if run.spec.kind == "redis_unreachable":
+        url += f"?socket_timeout={FROZEN_CLIENT_TIMEOUT_S}"
+    addresses = Addresses(url, bootstrap, bootstrap)
     return run_to_end(run, lambda: start_query(run.env.spark, pipeline, addresses,
                                                run.checkpoint, str(run.fp_dir)),
                       run.component_back)
@@ -725,7 +737,7 @@ def _confirm_extra(run: Run) -> bool:
         # fail closed: the query died of the toolkit's catalog-unavailable error for
         # the frozen Redis, raised while it was frozen (or within a client timeout)
         url, start = ev.get("frozen_url", ""), float(ev.get("frozen_from", 0.0))
-        end = float(ev.get("frozen_until", start)) + REDIS_SOCKET_TIMEOUT_S
+        end = float(ev.get("frozen_until", start)) + REDIS_PY_TRIES * FROZEN_CLIENT_TIMEOUT_S
         closed = [error for error, at in zip(ev.get("query_errors", []),
                                              ev.get("query_error_times", []), strict=False)
                   if "CatalogUnavailableError" in error and f"Redis at {url}" in error
