@@ -375,6 +375,7 @@ class Run:
         if hit is None:
             return
         pid = int(hit["pid"]) if "pid" in hit else None
+        self._start_clock()  # first: its baseline is read right after the kill
         deadline = time.monotonic() + 10
         while pid is not None and process_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -382,7 +383,6 @@ class Run:
         rows = fired_rows(hit)
         self.fault.evidence.update(killed_pid=pid, killed_process_gone=gone, rows=rows)
         self.fault.confirmed = gone and rows > 0
-        self._start_clock()
 
     def _txn_timeout(self) -> None:
         hit = self._wait_sync("sink.before_commit")
