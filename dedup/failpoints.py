@@ -2,7 +2,9 @@
 
 A fail-point is armed by writing a file ``<directory>/<name>.armed`` holding
 JSON ``{"action": "raise" | "kill" | "sleep", "seconds": 5, "match": {...}}``.
-``match`` restricts it to a context (``{"batch": 2, "partition": 0}``). The
+``match`` restricts it to a context (``{"batch": 2, "partition": 0}``); a key
+``<key>_min`` asks for a context whose ``<key>`` is a number at least that
+big (``{"rows_min": 1}``: a partition with rows, not an empty one). The
 first process that reaches the point with a matching context renames the file
 to ``<name>.fired-<pid>`` (atomic, so exactly one process fires it) and then
 acts: ``raise`` raises :class:`InjectedFault`, ``kill`` sends SIGKILL to its
@@ -108,6 +110,20 @@ def _folder(directory: str | None) -> str | None:
     return old
 
 
+def _matches(match: dict[str, Any], context: dict[str, Any]) -> bool:
+    """Whether ``context`` fits ``match``: equal values, or ``<key>_min`` lower bounds."""
+    for key, value in match.items():
+        if key.endswith("_min") and key not in context:
+            try:
+                if float(context[key.removesuffix("_min")]) < float(value):
+                    return False
+            except (KeyError, TypeError, ValueError):
+                return False  # no such number in the context: it cannot be big enough
+        elif str(context.get(key)) != str(value):
+            return False
+    return True
+
+
 def fail_point(name: str, directory: str | None = None,
                before: Callable[[], object] | None = None, **context: Any) -> None:
     """Fire the fail-point ``name`` if it is armed and its match fits ``context``.
@@ -126,8 +142,7 @@ def fail_point(name: str, directory: str | None = None,
         spec = json.loads(armed.read_text())
     except (FileNotFoundError, ValueError):
         return
-    match = spec.get("match") or {}
-    if any(str(context.get(key)) != str(value) for key, value in match.items()):
+    if not _matches(spec.get("match") or {}, context):
         return
     fired = Path(folder) / f"{name}.fired-{os.getpid()}-{time.monotonic_ns()}"
     try:
@@ -163,9 +178,7 @@ def clock_offset(name: str, directory: str | None = None, **context: Any) -> flo
         spec = json.loads((Path(folder) / f"{name}.armed").read_text())
     except (FileNotFoundError, ValueError):
         return 0.0
-    match = spec.get("match") or {}
-    if spec.get("action") != "skew" or any(str(context.get(key)) != str(value)
-                                           for key, value in match.items()):
+    if spec.get("action") != "skew" or not _matches(spec.get("match") or {}, context):
         return 0.0
     batch = str(context.get("batch", "0"))  # a batch DataFrame's is a token, not a number
     if not batch.isdigit() or int(batch) < int(spec.get("from_batch", 0)):

@@ -151,7 +151,7 @@ def decide_partition(config: DedupConfig, ids: Sequence[Any] | np.ndarray, shard
             # committed, its decisions collected before Spark committed it.
             RedisCatalog(config).collect_garbage(query_id, int(batch_id) + 1)
         fail_point("dedup.after_claim", config.fail_points.directory, batch=batch_id,
-                   shard=shard, partition=partition, query=query_id)
+                   shard=shard, partition=partition, query=query_id, rows=len(group_rows))
         status[group_rows[outcome.keep]] = KEPT
         anchor = group_rows[0]  # the shard's figures ride on one of its rows
         metrics[BLOOM_POSITIVES][anchor] = outcome.bloom_positives

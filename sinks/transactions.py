@@ -304,7 +304,7 @@ def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfi
             # sees the half that was produced.
             fail_point("sink.mid_produce", config.fail_point_dir,
                        before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
-                       partition=partition, attempt=attempt)
+                       partition=partition, attempt=attempt, rows=len(records))
         headers: list[tuple[str, str | bytes | None]] = [*record.headers,
                                                           (RECORD_ID_HEADER, record.record_id)]
         while True:
@@ -415,7 +415,11 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
             _produce_all(producer, records, config, batch, partition, attempt)
         fail_point("sink.before_commit", config.fail_point_dir,
                    before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
-                   partition=partition, attempt=attempt)
+                   partition=partition, attempt=attempt, rows=len(records),
+                   # the transaction's first and last record IDs: a chaos run finds
+                   # them aborted after a timeout (the point never sees empty records)
+                   first_id=records[0].record_id.decode(errors="replace"),
+                   last_id=records[-1].record_id.decode(errors="replace"))
         if store is not None:
             with clock("intent"):
                 store.record_intent(query_id, batch, partition)
@@ -579,7 +583,7 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
     if not records:
         # Nothing to make visible, and nothing a retry could emit twice.
         fail_point("sink.after_commit", config.fail_point_dir, batch=batch, partition=partition,
-                   attempt=0)
+                   attempt=0, rows=0)
         return PartitionResult(partition, batch, 0, False, replayed, 0, clock.finish())
     redo_after_fence = True
     attempt = 0
@@ -621,5 +625,5 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
             drop_producer(txn_id)
             raise
     fail_point("sink.after_commit", config.fail_point_dir, batch=batch, partition=partition,
-               attempt=attempt)
+               attempt=attempt, rows=len(records))
     return result

@@ -27,9 +27,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.chaos.faults import arm_sync
+from benchmarks.chaos.faults import arm_sync, held_alive, hold_evidence
 from dedup.local.kafka_cluster import KafkaCluster
-from dedup.local.services import process_alive
 
 if TYPE_CHECKING:
     from benchmarks.chaos.runner import ChaosEnv, Run
@@ -120,14 +119,14 @@ def _kill_during_hold(run: Run, point: str) -> None:
         baseline = run.clock.committed_end()
         pid = kafka.pid(node)
         still = _pick(run, kafka, context, open_parts) == node
+        alive, started = held_alive(hit), time.time()
         killed = kafka.kill(node)
-        in_hold = time.monotonic() - held_at < HOLD_S
-        held_alive = "pid" in hit and process_alive(int(hit["pid"]))
+        hold = hold_evidence(hit, started, time.time(), alive)
         run.fault.injected_at = time.monotonic()
-        evidence.update(pid=pid, killed_pid=killed, still_chosen=still,
-                        held_write_in_flight=in_hold and held_alive)
+        evidence.update(hold, pid=pid, killed_pid=killed, still_chosen=still,
+                        held_write_in_flight=hold["in_hold"])
         run.fault.confirmed = (still and killed is not None and killed == pid
-                               and in_hold and held_alive)
+                               and hold["in_hold"])
         clock = threading.Thread(target=_measure_recovery, args=(run, baseline), daemon=True)
         clock.start()
         run.fault.detail = (f"kill -9 of node {node} (pid {killed}), the {role} of the held "

@@ -10,8 +10,10 @@ output must still be exact: the acknowledged claim is on the promoted replica.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from benchmarks.chaos.faults import held_alive, hold_evidence
 from dedup.catalog import state_key
 
 HOLD_S = 3.0
@@ -31,7 +33,10 @@ def kill_primary(run: Any) -> None:
     pid = node.pid
     run.component_back.clear()
     try:
+        alive, started = held_alive(hit), time.time()
         node.kill()
+        hold = hold_evidence(hit, started, time.time(), alive)
+        run.fault.evidence.update(hold)
         promoted = cluster.promoted(key, port, PROMOTION_TIMEOUT_S) or port
         node.start()  # back, as the promoted node's replica
         cluster.wait_healthy()
@@ -39,8 +44,9 @@ def kill_primary(run: Any) -> None:
         run.component_back.set()
     run.fault.evidence.update({"shard": shard, "killed_primary": port, "killed_pid": pid,
                                "promoted": promoted})
-    # Hit: the killed process served the held claim's slot, and a replica took it over.
-    run.fault.confirmed = pid is not None and promoted != port
+    # Hit: the killed process served the held claim's slot, it died while the held
+    # task (with rows) was inside its hold, and a replica took the slot over.
+    run.fault.confirmed = pid is not None and promoted != port and hold["in_hold"]
     run.fault.detail = (f"kill -9 of Redis Cluster primary :{port} (pid {pid}) serving shard "
                         f"{shard} under a held claim of batch {run.spec.batch}; replica "
                         f":{promoted} promoted")

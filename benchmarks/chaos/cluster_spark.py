@@ -11,17 +11,20 @@ kill -9 (a lost node), and starts a new worker in its place.
 Confirmed only on evidence: the held process descends from an executor whose
 parent is one of the cluster's workers, and that worker and executor were
 among the killed processes. ``dedup.after_claim`` fires after a claim of at
-least one row, so the held partition of the batch was not empty.
+least one row (the hold's match requires rows > 0 in its context), so the held
+partition of the batch was not empty; and the kill began and ended inside the
+hold while the held process was alive.
 """
 
 from __future__ import annotations
 
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.chaos.faults import ancestor_with, arm_sync
+from benchmarks.chaos.faults import ancestor_with, arm_sync, held_alive, hold_evidence
 from dedup.exceptions import ServiceError
 from dedup.local.spark_cluster import SparkStandaloneCluster
 
@@ -89,9 +92,12 @@ def _kill_worker(run: Run) -> None:
     run.fault.evidence.update(executor=executor, worker_jvm=worker_jvm, worker=index)
     if index is None:
         return
+    alive, started = held_alive(hit), time.time()
     killed = spark.kill_worker(index)
-    run.fault.evidence["killed_pids"] = killed
-    run.fault.confirmed = bool(killed) and killed[0] == worker_jvm and executor in killed
+    hold = hold_evidence(hit, started, time.time(), alive)
+    run.fault.evidence.update(hold, killed_pids=killed)
+    run.fault.confirmed = (bool(killed) and killed[0] == worker_jvm and executor in killed
+                           and hold["in_hold"])
     run.fault.detail = (f"kill -9 of worker {index} (pid {worker_jvm}) and its executor "
                         f"(pid {executor}) holding partition "
                         f"{hit.get('context', {}).get('partition', '?')} of batch "

@@ -3,14 +3,24 @@
 Every fault is synchronised with the pipeline through a fail-point: either the
 fail-point is the fault itself (a Python worker kills itself), or a ``sleep``
 fail-point holds one task of batch ``k`` still while the runner breaks a
-component under it. A fault counts as *confirmed* only on evidence that it
-hit: the fired fail-point file, a changed process id, a fenced zombie, the
-aborted records of a timed-out transaction.
+component under it. Every fail-point is armed for a partition with rows
+(``rows_min``): a kill of an empty partition's task proves nothing.
+
+A fault counts as *confirmed* only on evidence that it hit inside the window
+it claims (kept in ``FaultOutcome.evidence``): a killed worker's fired record
+with rows and its process gone; a kill of a service or node while the held
+task was alive and still inside its hold (:func:`hold_evidence`); a fenced
+zombie (a fencing error code from the producer with the sink's transactional
+id); the records of the stopped transaction aborted; the toolkit's
+catalog-unavailable error naming the frozen Redis. An unconfirmed fault fails
+its run ("not hit"). Every query error of a run is classified against the
+kind's expected errors (:data:`EXPECTED_ERRORS`); an unexpected one fails it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -18,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dedup.failpoints import arm, fired
+from dedup.local.services import process_alive
 
 FAULT_KINDS: dict[str, str] = {
     "worker_kill": "SIGKILL of a Python worker at a fail-point (task retry)",
@@ -79,6 +90,98 @@ SUBPROCESS_KINDS = {"driver_kill", "executor_kill", *SPARK_CLUSTER_KINDS}
 WORKER_KILL_POINTS = ("dedup.after_claim", "sink.after_checkpoint", "sink.mid_produce",
                       "sink.before_commit", "sink.after_commit")
 TXN_TIMEOUT_MS = 6000
+NON_EMPTY = {"rows_min": 1}
+"""The match part that keeps a fail-point off empty partitions (their context has rows=0)."""
+
+# -- the query errors each kind may cause ------------------------------------------
+# (class, pattern searched in the error's telling line, see runner._first_line).
+# A query that dies of anything else hides a bug behind the runner's restart.
+_WORKER_CRASH = ("python worker crash",
+                 r"Python worker exited unexpectedly|crashed|EOFError|"
+                 r"Task \S+ in stage \S+ failed \d+ times")
+_EXECUTOR_LOST = ("executor lost", r"ExecutorLostFailure|[Ll]ost executor|Executor .* exited")
+_REDIS_DOWN = ("redis unavailable",
+               r"CatalogUnavailableError|ReplicaAckError|CheckpointUnavailableError")
+_KAFKA_TXN = ("kafka transaction failure",
+              r"TransactionFailedError|ProducerFencedError|CommitOutcomeUnknownError|"
+              r"ProducerStuckError|KafkaUnavailableError|MarkerPendingError")
+_APP_ID_REFUSAL = ("refusal: app id in use", r"AppIdInUseError")
+_SETTING_REFUSAL = ("refusal: setting changed", r"SettingChangedError|ShardCountMismatchError")
+EXPECTED_ERRORS: dict[str, tuple[tuple[str, str], ...]] = {
+    "worker_kill": (_WORKER_CRASH,),
+    "dup90_tiny_bloom": (_WORKER_CRASH,),
+    "executor_kill": (_EXECUTOR_LOST, _WORKER_CRASH),
+    "spark_worker_kill": (_EXECUTOR_LOST, _WORKER_CRASH),
+    "driver_kill": (),  # the driver dies whole; its restart is not a query error
+    "redis_kill_always": (_REDIS_DOWN,),
+    "redis_kill_everysec": (_REDIS_DOWN,),
+    "redis_unreachable": (_REDIS_DOWN,),
+    "redis_primary_kill": (_REDIS_DOWN,),
+    "kafka_kill": (_KAFKA_TXN,),
+    "kafka_leader_kill": (_KAFKA_TXN,),
+    "kafka_coordinator_kill": (_KAFKA_TXN,),
+    "zombie_producer": (_KAFKA_TXN,),
+    "txn_timeout": (_KAFKA_TXN,),
+    "restart_shuffle_partitions": (),
+    "restart_shard_count": (_SETTING_REFUSAL,),
+    "restart_bucket_seconds": (_SETTING_REFUSAL,),
+    "checkpoint_reset": (_APP_ID_REFUSAL,),
+    "second_pipeline": (_APP_ID_REFUSAL,),
+    "redis_maxmemory": (("redis out of memory",
+                         r"OOM|maxmemory|CatalogStateError|CheckpointStateError"), _REDIS_DOWN),
+    "redis_failover_lagging_replica": (_REDIS_DOWN,),
+    "two_outputs_foreach_batch": (("injected driver failure",
+                                   r"injected: the driver failed batch \d+ between its two "
+                                   r"outputs"), _WORKER_CRASH),
+    "clock_skew": (),
+    "marker_retention": (("marker lost", r"MarkerLostError"),),
+}
+
+
+def classify_error(kind: str, error: str) -> str | None:
+    """The expected class of query error ``error`` for fault ``kind``; None: unexpected."""
+    for name, pattern in EXPECTED_ERRORS.get(kind, ()):
+        if re.search(pattern, error):
+            return name
+    return None
+
+
+def hold_evidence(hit: dict[str, Any], kill_started: float, kill_ended: float,
+                  held_alive: bool) -> dict[str, Any]:
+    """Did a kill land inside the hold of fired sleep fail-point ``hit``?
+
+    ``kill_started`` / ``kill_ended`` are wall-clock times (``time.time()``, as the
+    fired record's); ``held_alive``: the held process was alive when the kill
+    began. ``in_hold`` is the verdict: the kill began and ended inside
+    ``[start, start + seconds)`` of a hold of a partition with rows, while the
+    held task was alive (so the held write was in flight when the service died).
+    """
+    context = hit.get("context", {})
+    start = float(hit.get("time", 0.0))
+    seconds = float(hit.get("seconds", 0.0))
+    try:
+        rows = int(context.get("rows", 0))
+    except ValueError:
+        rows = 0
+    evidence = {"hold_start": start, "hold_seconds": seconds, "held_pid": hit.get("pid"),
+                "held_rows": rows, "kill_started": kill_started, "kill_ended": kill_ended,
+                "held_alive_at_kill": held_alive}
+    evidence["in_hold"] = bool(start and rows > 0 and held_alive
+                               and start <= kill_started <= kill_ended < start + seconds)
+    return evidence
+
+
+def held_alive(hit: dict[str, Any]) -> bool:
+    """Whether the process that fired ``hit`` still runs (a held task in its hold)."""
+    return "pid" in hit and process_alive(int(hit["pid"]))
+
+
+def fired_rows(hit: dict[str, Any] | None) -> int:
+    """The row count of a fired record's context; 0 when absent (an empty partition)."""
+    try:
+        return int((hit or {}).get("context", {}).get("rows", 0))
+    except ValueError:
+        return 0
 
 
 @dataclass
@@ -116,8 +219,8 @@ def wait_fired(fp_dir: Path, name: str, timeout: float, stop: Any = None) -> dic
 
 
 def arm_sync(fp_dir: Path, point: str, batch: int, seconds: float) -> None:
-    """Hold one task of ``batch`` at ``point`` for ``seconds`` (the fault window)."""
-    arm(fp_dir, point, "sleep", match={"batch": batch}, seconds=seconds)
+    """Hold one task of ``batch`` with rows at ``point`` for ``seconds`` (the fault window)."""
+    arm(fp_dir, point, "sleep", match={"batch": batch, **NON_EMPTY}, seconds=seconds)
 
 
 def ancestor_with(pid: int, marker: str) -> int | None:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.chaos.faults import wait_fired
+from benchmarks.chaos.faults import NON_EMPTY, wait_fired
 from benchmarks.chaos.runner import (
     ROWS,
     ROWS_PER_BATCH,
@@ -40,7 +40,7 @@ from benchmarks.chaos.runner import (
     run_to_end,
 )
 from dedup.failpoints import arm
-from dedup.local.services import RedisServer
+from dedup.local.services import RedisServer, process_alive
 
 SHUFFLE = "spark.sql.shuffle.partitions"
 PARTITIONS = 4  # the runner's shuffle partitions (= dedup shards = sink partitions)
@@ -49,6 +49,7 @@ BUCKET_SECONDS = 24 * 3600
 CHANGED_BUCKET_SECONDS = 3600
 CHANGED_SHARDS = 8
 RUN_MAX_SECONDS = 300
+SECOND_WAIT_S = 120  # the second pipeline's time to be refused (the first is held meanwhile)
 
 
 # -- small helpers -----------------------------------------------------------
@@ -165,8 +166,8 @@ def _partial_batch(run: Run, pipeline: Any, redis_url: str, partition: int) -> d
     Returns the evidence: the fired fail-point's context and the markers.
     """
     k = run.spec.batch
-    arm(run.fp_dir, "sink.after_checkpoint", "sleep", match={"batch": k, "partition": partition},
-        seconds=HOLD_S)
+    arm(run.fp_dir, "sink.after_checkpoint", "sleep",
+        match={"batch": k, "partition": partition, **NON_EMPTY}, seconds=HOLD_S)
     query = _start(run, pipeline, redis_url, run.checkpoint)
     evidence: dict[str, Any] = {"query_id": str(query.id), "held_partition": partition}
     try:
@@ -342,11 +343,16 @@ def _checkpoint_reset(run: Run) -> int:
 def _second_pipeline(run: Run) -> int:
     """The first pipeline is a child ``dedup run`` held mid-batch; the second (same app
     id, its own checkpoint, same output topic) starts here meanwhile and must be refused
-    with AppIdInUseError before it claims anything."""
+    with AppIdInUseError before it claims anything.
+
+    The held task is stopped (SIGSTOP) until the second pipeline's outcome is known,
+    not slept for a fixed time: a second query slow to reach its first batch (seen
+    in the strict subset, over 40 s on a loaded machine) would otherwise meet a
+    first pipeline that had finished, and prove nothing."""
     import json
 
     k = run.spec.batch
-    arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k}, seconds=25)
+    arm(run.fp_dir, "dedup.after_claim", "stop", match={"batch": k, **NON_EMPTY})
     config = run.dir / "pipeline.toml"
     config.write_text(pipeline_text(run.app_id, run.topic, run.spec))
     bootstrap = run.env.kafka.bootstrap_servers
@@ -365,9 +371,17 @@ def _second_pipeline(run: Run) -> int:
                                    f"{first.poll()}); see {run.dir / 'driver.log'}")
             run.fault.injected_at = time.monotonic()
             ev["fired"] = hit.get("context", {})
-            first_id = json.loads((Path(run.checkpoint) / "metadata").read_text())["id"]
-            ev["first_query_id"] = first_id
-            _second(run, first_id)
+            try:
+                first_id = json.loads((Path(run.checkpoint) / "metadata").read_text())["id"]
+                ev["first_query_id"] = first_id
+                _second(run, first_id)
+            finally:
+                held = int(hit.get("pid", 0))
+                ev["first_held_until_second_done"] = process_alive(held)
+                if process_alive(held):
+                    os.kill(held, signal.SIGCONT)
+            # hit: refused while the first pipeline was still inside its held batch
+            run.fault.confirmed = run.fault.confirmed and ev["first_held_until_second_done"]
             code = first.wait(RUN_MAX_SECONDS + 60)
             ev["first_exit"] = code
             if code != 0:
@@ -392,7 +406,7 @@ def _second(run: Run, first_id: str) -> None:
     ev["second_query_id"] = second_id
     error = ""
     try:
-        query.awaitTermination(40)
+        query.awaitTermination(SECOND_WAIT_S)
     except Exception as exc:  # the expected outcome: the query died refused
         error = _first_line(exc)
     finally:
@@ -413,7 +427,8 @@ def _second(run: Run, first_id: str) -> None:
     run.fault.detail = ("a second pipeline (own checkpoint, same app id and topic) started "
                         f"while the first was held at dedup.after_claim of batch "
                         f"{run.spec.batch}")
-    run.fault.confirmed = names_first and claims == 0
+    run.fault.confirmed = (names_first and claims == 0
+                           and int(ev.get("fired", {}).get("rows", 0)) > 0)
     # the refusal is the second pipeline's; the first's output is checked whole
     ev["prefix_check"] = {"ok": True, "why": "the second pipeline committed nothing: the "
                                              "whole output is the first's, verified exact"}
@@ -433,7 +448,7 @@ def _redis_maxmemory(run: Run) -> int:
     back.set()
     ev = run.fault.evidence
     k = run.spec.batch
-    arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k}, seconds=2)
+    arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k, **NON_EMPTY}, seconds=2)
     policy = client.config_get("maxmemory-policy")["maxmemory-policy"]
 
     def squeeze() -> None:
@@ -498,7 +513,8 @@ def _redis_failover(run: Run) -> int:
     try:
         rep = _redis(replica.url)
         _follow(rep, primary.port)
-        arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k}, seconds=2)
+        arm(run.fp_dir, "dedup.after_claim", "sleep", match={"batch": k, **NON_EMPTY},
+            seconds=2)
         pipeline = _pipeline(run)
         query = _start(run, pipeline, primary.url, run.checkpoint)
         try:
@@ -609,7 +625,7 @@ def _two_outputs(run: Run) -> int:
                 .option("checkpointLocation", run.checkpoint).queryName(run.app_id)
                 .trigger(processingTime="0 seconds").start())
 
-    arm(run.fp_dir, "sink.after_commit", "kill", match={"batch": k})
+    arm(run.fp_dir, "sink.after_commit", "kill", match={"batch": k, **NON_EMPTY})
     try:
         restarts = _finish(run, pipeline, url, run.checkpoint, start=start)
     finally:
@@ -688,8 +704,8 @@ def _marker_retention(run: Run) -> int:
         _restart_broker(broker, {**saved,
                                  "offsets.retention.minutes": str(MARKER_RETENTION_MINUTES),
                                  "offsets.retention.check.interval.ms": "5000"})
-        arm(run.fp_dir, "sink.after_commit", "sleep", match={"batch": k, "partition": partition},
-            seconds=HOLD_S)
+        arm(run.fp_dir, "sink.after_commit", "sleep",
+            match={"batch": k, "partition": partition, **NON_EMPTY}, seconds=HOLD_S)
         query = _start(run, pipeline, url, run.checkpoint)
         try:
             hit = wait_fired(run.fp_dir, "sink.after_commit", 180,

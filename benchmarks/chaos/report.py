@@ -42,6 +42,10 @@ def figures(results: list[RunResult], seed: int, metadata: dict[str, Any]) -> di
             "open_transactions": sum(r.report.get("open_transactions", 0) for r in runs),
             "failed_runs": sum(1 for r in runs if r.error or not r.report.get("ok", False)),
             "query_restarts": sum(r.restarts for r in runs),
+            # why the queries died: the expected classes, and the errors no class expects
+            "error_classes": dict(sum((Counter(r.error_classes) for r in runs), Counter())),
+            "unexpected_errors": sum(len(r.unexpected_errors) for r in runs),
+            "not_hit": sum(1 for r in runs if not r.fault.confirmed),
             # operational kinds pass either way: exact, or refused with a clear
             # message after an exact prefix and exact after the restart
             "exact": sum(1 for r in runs if r.outcome == "exact"),

@@ -26,12 +26,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from benchmarks.chaos import cluster_kafka, cluster_spark
 from benchmarks.chaos.faults import (
     FAULT_KINDS,
     KAFKA_CLUSTER_KINDS,
+    NON_EMPTY,
     OPERATIONAL_KINDS,
     SPARK_CLUSTER_KINDS,
     SUBPROCESS_KINDS,
@@ -40,11 +41,15 @@ from benchmarks.chaos.faults import (
     FaultOutcome,
     ancestor_with,
     arm_sync,
+    classify_error,
+    fired_rows,
     freeze,
+    held_alive,
+    hold_evidence,
     wait_fired,
 )
 from dedup.constants import RECORD_ID_HEADER
-from dedup.failpoints import arm, arm_mutant, fired
+from dedup.failpoints import arm, arm_mutant
 from dedup.local.services import KafkaBroker, RedisServer, process_alive
 from sinks.kafka_io import consume_all, ensure_topic
 from sinks.verify import verify_topic
@@ -52,7 +57,24 @@ from sinks.verify import verify_topic
 ROWS = 1200
 ROWS_PER_BATCH = 200
 MAX_RESTARTS = 6
-REDIS_SOCKET_TIMEOUT_S = 10.0  # RedisConfig's default, which the pipeline file keeps
+# Spark's task attempts in local[2,4] / local-cluster: a fault the task retries absorb
+# never reaches the query; one that outlasts them all fails it.
+TASK_ATTEMPTS = 4
+# The codes of a fenced producer: a newer one with its transactional id took over.
+FENCING_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                           KafkaError.INVALID_PRODUCER_EPOCH})
+# redis_unreachable: the pipeline's Redis client gives up after this (a query-string
+# option of the URL, which redis-py prefers to RedisConfig's 10 s), and redis-py tries
+# a call REDIS_PY_TRIES times with up to REDIS_PY_BACKOFF_S of waits in between (its
+# default Retry). The freeze outlasts all of Spark's task attempts: with the default
+# 10 s the outage had to last over 3 minutes, or the retries absorbed it (seen in the
+# strict subset: a 60 s freeze, no query error, the batch went through afterwards).
+FROZEN_CLIENT_TIMEOUT_S = 2.0
+REDIS_PY_TRIES = 4
+REDIS_PY_BACKOFF_S = 7.0
+FREEZE_S = TASK_ATTEMPTS * (REDIS_PY_TRIES * FROZEN_CLIENT_TIMEOUT_S + REDIS_PY_BACKOFF_S) + 15
+# Kinds whose fault needs the batch after the faulted one (it must exist).
+NEEDS_NEXT_BATCH = frozenset({"two_outputs_foreach_batch"})
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,11 @@ class RunResult:
     # exact prefix before, exact after the restart with the original settings)
     # or "failed"; "" in progress files written before outcomes were recorded
     outcome: str = ""
+    # each query error's expected class (benchmarks.chaos.faults.EXPECTED_ERRORS) and
+    # how often it happened; the errors no class expects (each fails the run). Absent
+    # from progress files written before errors were classified.
+    error_classes: dict[str, int] = field(default_factory=dict)
+    unexpected_errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -99,15 +126,23 @@ class RunResult:
 
 
 def schedule(runs: int, seed: int, kinds: list[str] | None = None) -> list[RunSpec]:
-    """``runs`` specs cycling through ``kinds`` (so each is hit), seeded batches and points."""
+    """``runs`` specs cycling through ``kinds`` (so each is hit), seeded batches and points.
+
+    The faulted batch is any of the input's, the first (no marker, no commit yet)
+    and the last (its fault still happens before the query stops: every injector
+    waits for its hold, and the query cannot end while a task is held) included,
+    except where a kind cannot fault it (:data:`NEEDS_NEXT_BATCH`).
+    """
     kinds = kinds or list(FAULT_KINDS)
     rng = random.Random(seed)
     batches = ROWS // ROWS_PER_BATCH
-    return [
-        RunSpec(index=i, kind=kinds[i % len(kinds)], seed=rng.randrange(1, 1_000_000),
-                batch=rng.randrange(1, batches - 2), point=rng.choice(WORKER_KILL_POINTS))
-        for i in range(runs)
-    ]
+    specs = []
+    for i in range(runs):
+        kind = kinds[i % len(kinds)]
+        last = batches - 2 if kind in NEEDS_NEXT_BATCH else batches - 1
+        specs.append(RunSpec(index=i, kind=kind, seed=rng.randrange(1, 1_000_000),
+                             batch=rng.randint(0, last), point=rng.choice(WORKER_KILL_POINTS)))
+    return specs
 
 
 class ChaosEnv:
@@ -292,11 +327,11 @@ class Run:
             return cluster_kafka.prepare(self)
         if kind in {"worker_kill", "dup90_tiny_bloom"}:
             point = self.spec.point if kind == "worker_kill" else "dedup.after_claim"
-            arm(self.fp_dir, point, "kill", match={"batch": k})
+            arm(self.fp_dir, point, "kill", match={"batch": k, **NON_EMPTY})
             self.fault.detail = f"SIGKILL at {point}, batch {k}"
             return lambda: self._confirm_fired(point)
         if kind == "txn_timeout":
-            arm(self.fp_dir, "sink.before_commit", "stop", match={"batch": k})
+            arm(self.fp_dir, "sink.before_commit", "stop", match={"batch": k, **NON_EMPTY})
             self.fault.detail = f"SIGSTOP at sink.before_commit, batch {k}, " \
                                 f"{TXN_TIMEOUT_MS} ms timeout"
             return self._txn_timeout
@@ -309,7 +344,7 @@ class Run:
             arm_sync(self.fp_dir, "dedup.after_claim", k, HOLD_S)
             return lambda: kill_primary(self)
         if kind == "redis_unreachable":
-            arm_sync(self.fp_dir, "dedup.after_claim", k, 1)
+            arm_sync(self.fp_dir, "dedup.after_claim", k, 2)
             return self._redis_freeze
         if kind == "kafka_kill":
             arm_sync(self.fp_dir, "sink.after_checkpoint", k, 3)
@@ -340,62 +375,96 @@ class Run:
         self.recovery_s = self.clock.measure(injected, baseline, self.finished.is_set)
 
     def _confirm_fired(self, point: str) -> None:
-        if self._wait_sync(point) is not None:
-            self.fault.confirmed = True
-            self._start_clock()
+        """A kill fail-point: hit when it fired in a partition with rows and its process
+        is gone (a record without pid: the process died before it could say where)."""
+        hit = self._wait_sync(point)
+        if hit is None:
+            return
+        pid = int(hit["pid"]) if "pid" in hit else None
+        self._start_clock()  # first: its baseline is read right after the kill
+        deadline = time.monotonic() + 10
+        while pid is not None and process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        gone = pid is not None and not process_alive(pid)
+        rows = fired_rows(hit)
+        self.fault.evidence.update(killed_pid=pid, killed_process_gone=gone, rows=rows)
+        self.fault.confirmed = gone and rows > 0
 
     def _txn_timeout(self) -> None:
         hit = self._wait_sync("sink.before_commit")
         if hit is None or "pid" not in hit:  # no pid: the stopped process is gone
             return
         pid = int(hit["pid"])
+        context = hit.get("context", {})
         time.sleep(TXN_TIMEOUT_MS / 1000 + 4)  # the coordinator aborts it meanwhile
-        if process_alive(pid):
+        alive = process_alive(pid)
+        if alive:
             os.kill(pid, signal.SIGCONT)
-        self.fault.evidence["stopped_pid"] = pid
+        self.fault.evidence.update(
+            stopped_pid=pid, stopped_until_continued=alive,
+            stopped_s=round(time.time() - float(hit.get("time", time.time())), 1),
+            rows=fired_rows(hit), first_id=context.get("first_id", ""),
+            last_id=context.get("last_id", ""))
         self._start_clock()
 
     def _redis_kill(self) -> None:
-        if self._wait_sync("dedup.after_claim") is None:
+        hit = self._wait_sync("dedup.after_claim")
+        if hit is None:
             return
         before = self.redis.pid
         self.component_back.clear()
         try:
+            alive, started = held_alive(hit), time.time()
             self.redis.kill()
+            hold = hold_evidence(hit, started, time.time(), alive)
+            self.fault.evidence.update(hold)
             time.sleep(1.0)
             self.redis.start()
         finally:
             self.component_back.set()
-        self.fault.confirmed = before is not None and before != self.redis.pid
+        self.fault.confirmed = (before is not None and before != self.redis.pid
+                                and hold["in_hold"])
         self.fault.detail = f"kill -9 of redis-server pid {before}, restarted as {self.redis.pid}"
         self._start_clock()
 
     def _redis_freeze(self) -> None:
-        if self._wait_sync("dedup.after_claim") is None or self.redis.pid is None:
+        hit = self._wait_sync("dedup.after_claim")
+        if hit is None or self.redis.pid is None:
             return
-        seconds = REDIS_SOCKET_TIMEOUT_S * 2.5
+        # Longer than every task attempt's client timeouts together: Spark's task
+        # retries must not absorb the outage, the query has to fail (closed) on it.
+        seconds = FREEZE_S
         self.component_back.clear()
+        ev = self.fault.evidence
         try:
+            ev.update(hold_evidence(hit, time.time(), time.time(), held_alive(hit)))
+            ev.update(frozen_url=self.redis.url, frozen_from=time.time(),
+                      frozen_seconds=seconds)
             freeze(self.redis.pid, seconds)
         finally:
+            ev["frozen_until"] = time.time()
             self.component_back.set()
         self.fault.detail = f"redis-server SIGSTOPped {seconds:.0f} s (client timeout " \
-                            f"{REDIS_SOCKET_TIMEOUT_S:.0f} s)"
+                            f"{FROZEN_CLIENT_TIMEOUT_S:.0f} s)"
         self._start_clock()
 
     def _kafka_kill(self) -> None:
-        if self._wait_sync("sink.after_checkpoint") is None:
+        hit = self._wait_sync("sink.after_checkpoint")
+        if hit is None:
             return
         broker = self.env.kafka
         before = broker.pid
         self.component_back.clear()
         try:
+            alive, started = held_alive(hit), time.time()
             broker.kill()
+            hold = hold_evidence(hit, started, time.time(), alive)
+            self.fault.evidence.update(hold)
             time.sleep(1.0)
             broker.start()
         finally:
             self.component_back.set()
-        self.fault.confirmed = before is not None and before != broker.pid
+        self.fault.confirmed = before is not None and before != broker.pid and hold["in_hold"]
         self.fault.detail = f"kill -9 of the broker pid {before}, restarted as {broker.pid}"
         self._start_clock()
 
@@ -436,15 +505,25 @@ class Run:
         self.fault.detail = (f"zombie producer {txn_id} began a transaction of 5 records; "
                              f"it commits after the task's commit of batch {batch}")
         self._start_clock()
+        # Not stopped by the query's end: when k is the last batch the query may end
+        # right after the task's commit, and the marker is readable from then on.
         took_over = _wait_marker(config, partition, batch + 1, timeout=120,
-                                 stop=self.finished.is_set)
-        self.fault.evidence["task_committed_before_zombie"] = took_over
+                                 stop=lambda: False)
+        ev = self.fault.evidence
+        ev.update(task_committed_before_zombie=took_over, zombie_transactional_id=txn_id,
+                  rows=fired_rows(hit))
         try:
             zombie.commit_transaction(30)
-            self.fault.evidence["zombie_commit"] = "succeeded"
-        except Exception as exc:  # the expected outcome: it was fenced
-            self.fault.evidence["zombie_commit"] = f"refused: {exc}"
-            self.fault.confirmed = took_over
+            ev["zombie_commit"] = "succeeded"
+        except KafkaException as exc:  # the expected outcome: it was fenced
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            code = error.code() if error is not None else None
+            ev["zombie_commit"] = f"refused: {exc}"
+            ev["zombie_error_code"] = error.name() if error is not None else ""
+            # librdkafka's message does not repeat the id: the error is this
+            # producer's, the one created with the sink partition's transactional id
+            ev["fenced"] = code in FENCING_CODES
+            self.fault.confirmed = took_over and ev["fenced"] and fired_rows(hit) > 0
 
     def _executor_kill(self) -> None:
         hit = self._wait_sync("dedup.after_claim")
@@ -452,8 +531,11 @@ class Run:
             return
         executor = ancestor_with(int(hit["pid"]), "CoarseGrainedExecutorBackend")
         if executor is not None and process_alive(executor):
+            alive, started = held_alive(hit), time.time()
             os.kill(executor, signal.SIGKILL)
-            self.fault.confirmed = True
+            hold = hold_evidence(hit, started, time.time(), alive)
+            self.fault.evidence.update(hold, executor=executor)
+            self.fault.confirmed = hold["in_hold"]
             self.fault.detail = f"SIGKILL of executor JVM pid {executor}"
         self._start_clock()
 
@@ -470,7 +552,10 @@ def run_inprocess(run: Run) -> int:
         text, transform = apply_variant(run, text)
     pipeline = parse_pipeline(text)
     bootstrap = run.env.kafka.bootstrap_servers
-    addresses = Addresses(run.redis.url, bootstrap, bootstrap)
+    url = run.redis.url
+    if run.spec.kind == "redis_unreachable":
+        url += f"?socket_timeout={FROZEN_CLIENT_TIMEOUT_S}"
+    addresses = Addresses(url, bootstrap, bootstrap)
     return run_to_end(run, lambda: start_query(run.env.spark, pipeline, addresses,
                                                run.checkpoint, str(run.fp_dir), transform),
                       run.component_back)
@@ -491,6 +576,7 @@ def run_to_end(run: Run, start: Callable[[], Any], back: threading.Event | None 
             return restarts
         except Exception as exc:  # a query death is what we recover from
             run.fault.evidence.setdefault("query_errors", []).append(_first_line(exc))
+            run.fault.evidence.setdefault("query_error_times", []).append(time.time())
             _stop_quietly(query)
             restarts += 1
             if restarts > MAX_RESTARTS:
@@ -519,9 +605,12 @@ def run_subprocess(run: Run) -> int:
                              stop=lambda: driver.poll() is not None)
             if hit is not None:
                 run.fault.injected_at = time.monotonic()
+                alive, started = held_alive(hit), time.time()
                 os.killpg(driver.pid, signal.SIGKILL)
                 code = driver.wait(60)
-                run.fault.confirmed = code == -signal.SIGKILL
+                hold = hold_evidence(hit, started, time.time(), alive)
+                run.fault.evidence.update(hold, fired=hit.get("context", {}), driver_exit=code)
+                run.fault.confirmed = code == -signal.SIGKILL and hold["in_hold"]
                 run.fault.detail = f"SIGKILL of the driver process group (pid {driver.pid})"
                 restarts += 1
                 threading.Thread(target=run._start_clock, daemon=True).start()
@@ -565,9 +654,9 @@ def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:
         run.finished.set()
         if injector is not None:
             injector.join(120)
-    if spec.kind in {"worker_kill", "dup90_tiny_bloom", "txn_timeout", "driver_kill",
-                     "redis_unreachable"} and not run.fault.confirmed:
-        run.fault.confirmed = bool(fired(run.fp_dir)) and _confirm_extra(run)
+    if spec.kind in {"txn_timeout", "redis_unreachable"}:
+        run.fault.confirmed = _confirm_extra(run)
+    _classify_errors(run, result)
     options = SyntheticOptions(seed=spec.seed, rows_per_batch=ROWS_PER_BATCH, total_rows=ROWS,
                                duplicate_rate=0.9 if spec.kind == "dup90_tiny_bloom" else 0.2,
                                duplicate_distance="later_batches", duplicate_gap_batches=3,
@@ -596,8 +685,28 @@ def _add_output(report: dict[str, Any], topic: str, other: dict[str, Any]) -> No
     report["ok"] = bool(report.get("ok", False)) and bool(other.get("ok", False))
 
 
+def _classify_errors(run: Run, result: RunResult) -> None:
+    """Count the run's query errors by expected class; keep the unexpected ones."""
+    for error in run.fault.evidence.get("query_errors", []):
+        name = classify_error(run.spec.kind, error)
+        if name is None:
+            result.unexpected_errors.append(error)
+        else:
+            result.error_classes[name] = result.error_classes.get(name, 0) + 1
+
+
 def _outcome(run: Run, result: RunResult) -> str:
-    """``exact``, ``refused`` (see :data:`FAULT_KINDS`) or ``failed``."""
+    """``exact``, ``refused`` (see :data:`FAULT_KINDS`) or ``failed``.
+
+    A run fails, besides on wrong output, when its fault was not confirmed (it
+    did not hit, so the exact output proves nothing) or a query died of an error
+    its kind does not expect (a restart must not hide a bug).
+    """
+    if not result.error and result.unexpected_errors:
+        result.error = (f"unexpected query error ({len(result.unexpected_errors)}): "
+                        f"{result.unexpected_errors[0]}")
+    if not result.error and not run.fault.confirmed:
+        result.error = f"not hit: {run.spec.kind} ({run.fault.detail or 'no evidence'})"
     exact = not result.error and bool(result.report.get("ok", False))
     if not exact:
         return "failed"
@@ -612,19 +721,40 @@ def _outcome(run: Run, result: RunResult) -> str:
 
 
 def _confirm_extra(run: Run) -> bool:
-    """Extra evidence for faults whose fail-point firing alone is not proof enough."""
+    """Evidence read after the run: the stopped transaction aborted, Redis failed closed."""
+    ev = run.fault.evidence
     if run.spec.kind == "txn_timeout":
-        # the stopped transaction was aborted by the coordinator: its records are
-        # in the log (read_uncommitted) but not visible to read_committed readers
-        everything = consume_all(run.env.kafka.bootstrap_servers, run.topic, "read_uncommitted")
-        visible = consume_all(run.env.kafka.bootstrap_servers, run.topic, "read_committed")
-        run.fault.evidence["aborted_records"] = len(everything) - len(visible)
-        return len(everything) > len(visible)
+        # THAT transaction was aborted by the coordinator: its first and last
+        # records are in the log (read_uncommitted) once more than read_committed
+        # readers see them (the retry's copy is the visible one)
+        if not ev.get("stopped_until_continued") or not ev.get("first_id"):
+            return False
+        bootstrap = run.env.kafka.bootstrap_servers
+        ids = {ev["first_id"].encode(), ev["last_id"].encode()}
+
+        def copies(isolation: str) -> dict[bytes, int]:
+            found = dict.fromkeys(ids, 0)
+            for record in consume_all(bootstrap, run.topic, isolation):
+                rid = record.header(RECORD_ID_HEADER)
+                if rid in found:
+                    found[rid] += 1
+            return found
+
+        everything, visible = copies("read_uncommitted"), copies("read_committed")
+        aborted = {rid.decode(): everything[rid] - visible[rid] for rid in ids}
+        ev["aborted_copies"] = aborted
+        return all(n > 0 for n in aborted.values())
     if run.spec.kind == "redis_unreachable":
-        errors = run.fault.evidence.get("query_errors", [])
-        run.fault.evidence["failed_closed"] = bool(errors)
-        # fail closed = the batch in flight failed instead of deciding without Redis
-        return bool(errors) or (run.recovery_s or 0) >= REDIS_SOCKET_TIMEOUT_S
+        # fail closed: the query died of the toolkit's catalog-unavailable error for
+        # the frozen Redis, raised while it was frozen (or within a client timeout)
+        url, start = ev.get("frozen_url", ""), float(ev.get("frozen_from", 0.0))
+        end = float(ev.get("frozen_until", start)) + REDIS_PY_TRIES * FROZEN_CLIENT_TIMEOUT_S
+        closed = [error for error, at in zip(ev.get("query_errors", []),
+                                             ev.get("query_error_times", []), strict=False)
+                  if "CatalogUnavailableError" in error and f"Redis at {url}" in error
+                  and start <= at <= end]
+        ev["failed_closed"] = bool(closed)
+        return bool(closed) and bool(ev.get("in_hold"))
     return True
 
 

@@ -107,6 +107,27 @@ def test_fail_point_fires_once_and_only_on_match(tmp_path: Path) -> None:
     assert hits[0]["context"] == {"batch": "2"}
 
 
+def test_fail_point_min_match_needs_a_context_at_least_that_big(tmp_path: Path) -> None:
+    # "<key>_min": the context's <key> must be a number >= the value (an empty
+    # partition, rows=0, must not fire a kill meant for one with rows)
+    arm(tmp_path, "sink.before_commit", "raise", match={"batch": 2, "rows_min": 1})
+    fail_point("sink.before_commit", str(tmp_path), batch=2, rows=0)
+    fail_point("sink.before_commit", str(tmp_path), batch=2)  # no rows in the context
+    fail_point("sink.before_commit", str(tmp_path), batch=2, rows="x")
+    assert fired(tmp_path) == []
+    with pytest.raises(InjectedFault):
+        fail_point("sink.before_commit", str(tmp_path), batch=2, rows=3)
+    assert fired(tmp_path, "sink.before_commit")[0]["context"] == {"batch": "2", "rows": "3"}
+
+
+def test_clock_skew_min_match(tmp_path: Path) -> None:
+    from dedup.failpoints import clock_offset
+
+    arm(tmp_path, "dedup.batch_clock", "skew", match={"rows_min": 5}, seconds=-60)
+    assert clock_offset("dedup.batch_clock", str(tmp_path), batch="1", rows=4) == 0.0
+    assert clock_offset("dedup.batch_clock", str(tmp_path), batch="1", rows=5) == -60.0
+
+
 def test_before_runs_only_when_the_point_fires(tmp_path: Path) -> None:
     calls: list[int] = []
     fail_point("sink.mid_produce", str(tmp_path), before=lambda: calls.append(1), batch=1)

@@ -1,0 +1,150 @@
+"""Strict chaos runs: a fault counts only on evidence that it hit, and a query that
+died of an error its kind does not expect fails the run."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from benchmarks.chaos.faults import (
+    EXPECTED_ERRORS,
+    FAULT_KINDS,
+    FaultOutcome,
+    classify_error,
+    hold_evidence,
+)
+from benchmarks.chaos.runner import (
+    NEEDS_NEXT_BATCH,
+    ROWS,
+    ROWS_PER_BATCH,
+    RunResult,
+    RunSpec,
+    _classify_errors,
+    _confirm_extra,
+    _outcome,
+    schedule,
+)
+
+LAST = ROWS // ROWS_PER_BATCH - 1
+
+
+def test_every_kind_has_its_expected_errors() -> None:
+    assert set(EXPECTED_ERRORS) == set(FAULT_KINDS)
+
+
+def test_schedule_faults_the_first_and_the_last_batch() -> None:
+    kinds = ["worker_kill", "two_outputs_foreach_batch"]
+    specs = schedule(400, seed=3, kinds=kinds)
+    worker = {s.batch for s in specs if s.kind == "worker_kill"}
+    assert worker == set(range(LAST + 1))
+    # its fault fails the batch after the faulted one: never the last
+    two = {s.batch for s in specs if s.kind in NEEDS_NEXT_BATCH}
+    assert two == set(range(LAST))
+
+
+@pytest.mark.parametrize(("kind", "error", "expected"), [
+    ("worker_kill", "org.apache.spark.SparkException: Python worker exited unexpectedly "
+                    "(crashed)", "python worker crash"),
+    ("worker_kill", "java.lang.NullPointerException: boom", None),
+    ("worker_kill", "dedup.exceptions.CatalogUnavailableError: Redis at redis://x", None),
+    ("redis_kill_always", "dedup.exceptions.CatalogUnavailableError: Redis at redis://x is "
+                          "unreachable", "redis unavailable"),
+    ("redis_unreachable", "sinks.exceptions.TransactionFailedError: commit failed", None),
+    ("kafka_kill", "sinks.exceptions.TransactionFailedError: commit failed",
+     "kafka transaction failure"),
+    ("checkpoint_reset", "dedup.exceptions.AppIdInUseError: app id x", "refusal: app id in use"),
+    ("clock_skew", "RuntimeError: anything", None),
+    ("two_outputs_foreach_batch", "RuntimeError: injected: the driver failed batch 3 between "
+                                  "its two outputs", "injected driver failure"),
+])
+def test_query_errors_are_classified_per_kind(kind: str, error: str,
+                                              expected: str | None) -> None:
+    assert classify_error(kind, error) == expected
+
+
+def _hit(rows: int = 7, start: float = 1000.0, seconds: float = 3.0) -> dict[str, Any]:
+    return {"pid": 42, "time": start, "seconds": seconds,
+            "context": {"batch": "0", "rows": str(rows)}}
+
+
+def test_a_kill_counts_only_inside_the_hold_of_a_partition_with_rows() -> None:
+    assert hold_evidence(_hit(), 1001.0, 1001.5, True)["in_hold"]
+    assert not hold_evidence(_hit(), 1002.5, 1003.1, True)["in_hold"]  # ended after the hold
+    assert not hold_evidence(_hit(), 999.0, 999.5, True)["in_hold"]  # before it began
+    assert not hold_evidence(_hit(), 1001.0, 1001.5, False)["in_hold"]  # held task gone
+    assert not hold_evidence(_hit(rows=0), 1001.0, 1001.5, True)["in_hold"]  # empty
+    bare = {"time": 1000.0, "seconds": 3.0}  # the firing process died before its record
+    assert not hold_evidence(bare, 1001.0, 1001.5, True)["in_hold"]
+
+
+def _run(kind: str, confirmed: bool = True, **evidence: Any) -> Any:
+    return SimpleNamespace(spec=SimpleNamespace(kind=kind), refused=None,
+                           fault=FaultOutcome(kind=kind, detail="d", confirmed=confirmed,
+                                              evidence=dict(evidence)))
+
+
+def _result(kind: str) -> RunResult:
+    spec = RunSpec(index=0, kind=kind, seed=1, batch=0, point="sink.mid_produce")
+    return RunResult(spec=spec, fault=FaultOutcome(kind=kind), report={"ok": True})
+
+
+def test_an_unconfirmed_fault_fails_the_run_even_with_exact_output() -> None:
+    run, result = _run("worker_kill", confirmed=False), _result("worker_kill")
+    assert _outcome(run, result) == "failed"
+    assert result.error.startswith("not hit: worker_kill")
+
+
+def test_an_unexpected_query_error_fails_the_run() -> None:
+    run = _run("worker_kill", query_errors=[
+        "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)",
+        "java.lang.IllegalStateException: a real bug"])
+    result = _result("worker_kill")
+    _classify_errors(run, result)
+    assert result.error_classes == {"python worker crash": 1}
+    assert result.unexpected_errors == ["java.lang.IllegalStateException: a real bug"]
+    assert _outcome(run, result) == "failed"
+    assert "a real bug" in result.error
+
+
+def test_a_confirmed_fault_with_expected_errors_and_exact_output_is_exact() -> None:
+    run = _run("redis_kill_always", query_errors=[
+        "dedup.exceptions.CatalogUnavailableError: Redis at redis://h:1/0 is unreachable"])
+    result = _result("redis_kill_always")
+    _classify_errors(run, result)
+    assert _outcome(run, result) == "exact"
+    assert result.error_classes == {"redis unavailable": 1}
+
+
+def test_redis_unreachable_counts_only_the_frozen_redis_failing_closed_in_time() -> None:
+    url = "redis://127.0.0.1:7000/0"
+    error = f"dedup.exceptions.CatalogUnavailableError: Redis at {url} is unreachable"
+    frozen: dict[str, Any] = {"frozen_url": url, "frozen_from": 100.0, "frozen_until": 160.0,
+                              "in_hold": True}
+    assert _confirm_extra(_run("redis_unreachable", query_errors=[error],
+                               query_error_times=[140.0], **frozen))
+    other = error.replace("7000", "7001")
+    assert not _confirm_extra(_run("redis_unreachable", query_errors=[other],
+                                   query_error_times=[140.0], **frozen))
+    assert not _confirm_extra(_run("redis_unreachable", query_errors=[error],
+                                   query_error_times=[99.0], **frozen))
+    assert not _confirm_extra(_run("redis_unreachable", **frozen))  # absorbed: no query error
+    sink = "sinks.exceptions.TransactionFailedError: commit failed"
+    assert not _confirm_extra(_run("redis_unreachable", query_errors=[sink],
+                                   query_error_times=[140.0], **frozen))
+
+
+def test_older_progress_lines_are_read_with_defaults() -> None:
+    line = {"spec": {"index": 0, "kind": "worker_kill", "seed": 1, "batch": 2,
+                     "point": "sink.mid_produce"},
+            "fault": {"kind": "worker_kill", "detail": "", "confirmed": True,
+                      "injected_at": None, "evidence": {}},
+            "report": {"ok": True}, "restarts": 0, "recovery_s": None, "duration_s": 1.0,
+            "error": ""}
+    result = RunResult.from_dict(json.loads(json.dumps(line)))
+    assert result.error_classes == {} and result.unexpected_errors == []
+    assert result.outcome == ""
+    again = RunResult.from_dict(json.loads(json.dumps(result.as_dict())))
+    assert again == result
