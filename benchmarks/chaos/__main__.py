@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
 
 from benchmarks.chaos.faults import CLUSTER_KINDS, CRASH_KINDS, FAULT_KINDS, OPERATIONAL_KINDS
 from benchmarks.chaos.report import (
@@ -19,7 +15,7 @@ from benchmarks.chaos.report import (
     summary_figures,
     write,
 )
-from benchmarks.chaos.runner import ChaosEnv, RunResult, RunSpec, run_one, schedule
+from benchmarks.chaos.runner import RunResult, finished_runs, run_schedule, schedule
 from benchmarks.common import RESULTS_DIR, merge_summary, run_metadata
 
 
@@ -85,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     # One line per finished run, so that a matrix of two hours survives the
     # loss of its own process: --resume reads them back instead of rerunning.
     progress = RESULTS_DIR / f"{args.name}.progress.jsonl"
-    results = _finished_runs(progress, specs) if args.resume or args.report_only else []
-    done = {r.spec.index for r in results}
+    results = finished_runs(progress, specs) if args.resume or args.report_only else []
     if results:
         print(f"{len(results)} runs already done in {progress}", flush=True)
     elif not args.report_only:
@@ -95,30 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         return _report(results, args, scheduled=len(specs))
     first, _, last = args.only_runs.partition(":")
-    wanted = range(int(first or 0), int(last or len(specs)))
-    workdir = Path(tempfile.mkdtemp(prefix="dedup-chaos-"))
-    env = ChaosEnv(workdir).start()
-    started = time.monotonic()
-    try:
-        for spec in specs:
-            if spec.index in done or spec.index not in wanted:
-                continue
-            if args.max_minutes and time.monotonic() - started > args.max_minutes * 60:
-                print(f"time limit reached after {len(results)} runs", flush=True)
-                break
-            result = run_one(env, spec)
-            results.append(result)
-            with progress.open("a") as handle:
-                handle.write(json.dumps(result.as_dict(), default=str) + "\n")
-            report = result.report
-            print(f"run {spec.index + 1}/{len(specs)} {spec.kind:<20} "
-                  f"hit={result.fault.confirmed!s:<5} lost={report.get('lost', '?')} "
-                  f"dup={report.get('duplicated', '?')} phantom={report.get('phantoms', '?')} "
-                  f"restarts={result.restarts} {result.outcome} {result.duration_s:.0f}s "
-                  f"{result.error[:80]}", flush=True)
-    finally:
-        env.stop()
-    shutil.rmtree(workdir, ignore_errors=True)
+
+    def line(result: RunResult) -> str:
+        report = result.report
+        return (f"run {result.spec.index + 1}/{len(specs)} {result.spec.kind:<20} "
+                f"hit={result.fault.confirmed!s:<5} lost={report.get('lost', '?')} "
+                f"dup={report.get('duplicated', '?')} phantom={report.get('phantoms', '?')} "
+                f"restarts={result.restarts} {result.outcome} {result.duration_s:.0f}s "
+                f"{result.error[:80]}")
+
+    run_schedule(specs, results, progress, args.max_minutes, line,
+                 wanted=range(int(first or 0), int(last or len(specs))))
     return _report(results, args, scheduled=len(specs))
 
 
@@ -138,23 +120,6 @@ def _report(results: list[RunResult], args: argparse.Namespace, scheduled: int) 
     print(f"wrote {json_path} and {md_path}")
     ok = not (data["losses"] or data["duplicates"] or data["phantoms"] or data["failed_runs"])
     return 0 if ok else 1
-
-
-def _finished_runs(progress: Path, specs: list[RunSpec]) -> list[RunResult]:
-    """Runs recorded in ``progress`` that belong to this schedule (same seed and kinds)."""
-    if not progress.exists():
-        return []
-    scheduled = {spec.index: spec for spec in specs}
-    finished = []
-    for line in progress.read_text().splitlines():
-        if not line.strip():
-            continue
-        result = RunResult.from_dict(json.loads(line))
-        if scheduled.get(result.spec.index) != result.spec:
-            raise SystemExit(f"{progress} holds a run of another schedule (run "
-                             f"{result.spec.index}); rerun without --resume to start over")
-        finished.append(result)
-    return finished
 
 
 def _kafka_version() -> str:

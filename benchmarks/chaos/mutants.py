@@ -28,12 +28,12 @@ from typing import Any
 from benchmarks.chaos.runner import (
     ROWS,
     ROWS_PER_BATCH,
-    ChaosEnv,
     Run,
     RunResult,
     RunSpec,
+    finished_runs,
     pipeline_text,
-    run_one,
+    run_schedule,
 )
 from dedup.failpoints import KNOWN_MUTANTS, arm
 
@@ -247,49 +247,25 @@ def run_matrix(results_dir: Path, seed: int, names: list[str] | None, resume: bo
                name: str = "chaos_mutants") -> int:
     """Run (or resume) the mutant matrix; write its figures. 0 when every mutant run is
     caught and every control exact, else 1."""
-    import shutil
-    import tempfile
-
     from benchmarks.chaos.__main__ import _kafka_version, _redis_version
     from benchmarks.common import merge_summary, run_metadata
 
     specs = schedule(seed, names)
     progress = results_dir / f"{name}.progress.jsonl"
-    results: list[RunResult] = []
-    if resume and progress.exists():
-        wanted = {s.index: s for s in specs}
-        for line in progress.read_text().splitlines():
-            if line.strip():
-                result = RunResult.from_dict(json.loads(line))
-                if wanted.get(result.spec.index) != result.spec:
-                    raise SystemExit(f"{progress} holds a run of another schedule (run "
-                                     f"{result.spec.index}); rerun without --resume")
-                results.append(result)
+    results = finished_runs(progress, specs) if resume else []
+    if results:
         print(f"{len(results)} mutant runs already done in {progress}", flush=True)
     else:
         results_dir.mkdir(parents=True, exist_ok=True)
         progress.write_text("")
-    done = {r.spec.index for r in results}
-    workdir = Path(tempfile.mkdtemp(prefix="dedup-mutants-"))
-    env = ChaosEnv(workdir).start()
-    started = time.monotonic()
-    try:
-        for spec in specs:
-            if spec.index in done:
-                continue
-            if max_minutes and time.monotonic() - started > max_minutes * 60:
-                print(f"time limit reached after {len(results)} runs", flush=True)
-                break
-            result = run_one(env, spec)
-            results.append(result)
-            with progress.open("a") as handle:
-                handle.write(json.dumps(result.as_dict(), default=str) + "\n")
-            print(f"run {spec.index:>4} {spec.mutant or 'control':<24} {spec.kind:<16} "
-                  f"hit={result.fault.confirmed!s:<5} caught_by={caught_by(result)} "
-                  f"{result.outcome} {result.duration_s:.0f}s {result.error[:80]}", flush=True)
-    finally:
-        env.stop()
-    shutil.rmtree(workdir, ignore_errors=True)
+
+    def line(result: RunResult) -> str:
+        spec = result.spec
+        return (f"run {spec.index:>4} {spec.mutant or 'control':<24} {spec.kind:<16} "
+                f"hit={result.fault.confirmed!s:<5} caught_by={caught_by(result)} "
+                f"{result.outcome} {result.duration_s:.0f}s {result.error[:80]}")
+
+    run_schedule(specs, results, progress, max_minutes, line)
     metadata = {**run_metadata(), "kafka": _kafka_version(), "redis": _redis_version()}
     data = figures(results, seed, metadata, scheduled=len(specs))
     data["runs_detail"] = [r.as_dict() for r in sorted(results, key=lambda r: r.spec.index)]

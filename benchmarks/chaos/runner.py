@@ -773,3 +773,56 @@ def _first_line(exc: BaseException) -> str:
 def _stop_quietly(query: Any) -> None:
     with contextlib.suppress(Exception):  # the query is already dead
         query.stop()
+
+
+def finished_runs(progress: Path, specs: list[RunSpec]) -> list[RunResult]:
+    """Runs recorded in ``progress`` that belong to this schedule (same specs); a run of
+    another schedule ends the program with the fix (rerun without --resume)."""
+    import json
+
+    if not progress.exists():
+        return []
+    scheduled = {spec.index: spec for spec in specs}
+    finished = []
+    for line in progress.read_text().splitlines():
+        if not line.strip():
+            continue
+        result = RunResult.from_dict(json.loads(line))
+        if scheduled.get(result.spec.index) != result.spec:
+            raise SystemExit(f"{progress} holds a run of another schedule (run "
+                             f"{result.spec.index}); rerun without --resume to start over")
+        finished.append(result)
+    return finished
+
+
+def run_schedule(specs: list[RunSpec], results: list[RunResult], progress: Path,
+                 max_minutes: float, line: Callable[[RunResult], str],
+                 wanted: range | None = None) -> list[RunResult]:
+    """Run every spec not in ``results`` (and in ``wanted``) on shared services, each
+    result appended to ``results`` and, as one JSON line, to ``progress`` the moment it
+    is known (a matrix of hours survives the loss of its own process: ``--resume``
+    reads the lines back); stops starting runs after ``max_minutes`` (0: no limit)."""
+    import json
+    import shutil
+    import tempfile
+
+    done = {r.spec.index for r in results}
+    workdir = Path(tempfile.mkdtemp(prefix="dedup-chaos-"))
+    env = ChaosEnv(workdir).start()
+    started = time.monotonic()
+    try:
+        for spec in specs:
+            if spec.index in done or (wanted is not None and spec.index not in wanted):
+                continue
+            if max_minutes and time.monotonic() - started > max_minutes * 60:
+                print(f"time limit reached after {len(results)} runs", flush=True)
+                break
+            result = run_one(env, spec)
+            results.append(result)
+            with progress.open("a") as handle:
+                handle.write(json.dumps(result.as_dict(), default=str) + "\n")
+            print(line(result), flush=True)
+    finally:
+        env.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return results

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos.__main__ import _finished_runs
 from benchmarks.chaos.faults import FaultOutcome
-from benchmarks.chaos.runner import RunResult, schedule
+from benchmarks.chaos.runner import RunResult, finished_runs, schedule
 
 
 def _result(spec_index: int, seed: int = 7) -> RunResult:
@@ -28,7 +27,7 @@ def test_run_result_round_trips_through_json() -> None:
 def test_finished_runs_are_read_back(tmp_path: Path) -> None:
     progress = tmp_path / "chaos.progress.jsonl"
     progress.write_text("".join(json.dumps(_result(i).as_dict()) + "\n" for i in (0, 2)))
-    finished = _finished_runs(progress, schedule(4, 7))
+    finished = finished_runs(progress, schedule(4, 7))
     assert [r.spec.index for r in finished] == [0, 2]
 
 
@@ -36,7 +35,7 @@ def test_runs_of_another_schedule_are_refused(tmp_path: Path) -> None:
     progress = tmp_path / "chaos.progress.jsonl"
     progress.write_text(json.dumps(_result(0, seed=8).as_dict()) + "\n")
     with pytest.raises(SystemExit, match="another schedule"):
-        _finished_runs(progress, schedule(4, 7))
+        finished_runs(progress, schedule(4, 7))
 
 
 def test_an_interrupted_matrix_says_so_in_its_table() -> None:
