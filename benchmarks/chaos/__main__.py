@@ -21,7 +21,8 @@ from benchmarks.common import RESULTS_DIR, merge_summary, run_metadata
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__)
-    parser.add_argument("--runs", type=int, default=200, help="faulted runs (default 200)")
+    parser.add_argument("--runs", type=int, default=0,
+                        help="faulted runs (default 200; 1008 with --all: 42 per kind)")
     parser.add_argument("--seed", type=int, default=20261122)
     parser.add_argument("--kinds", default="",
                         help="comma-separated fault kinds (default: the crash kinds, or the "
@@ -33,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the matrix of the cluster kinds (a Redis Cluster, three Kafka "
                              "brokers, a Spark standalone cluster, each started on first "
                              "use): --kinds defaults to them and --name to chaos_cluster")
+    parser.add_argument("--all", action="store_true",
+                        help="one seeded schedule over every fault kind (crash, operational "
+                             "and cluster): --kinds defaults to all of them and --name to "
+                             "chaos_full; meant to run over several sittings with --resume "
+                             "(its progress file is committed as it goes)")
     parser.add_argument("--mutants", nargs="?", const="all", default="",
                         help="the mutant matrix (benchmarks/chaos/mutants.py): each broken "
                              "variant of the toolkit must be caught by the checks; optionally "
@@ -67,12 +73,16 @@ def main(argv: list[str] | None = None) -> int:
                          f"{', '.join(KNOWN_MUTANTS)}")
         return run_matrix(RESULTS_DIR, args.seed, names or None, args.resume,
                           args.max_minutes, not args.no_summary, args.name or "chaos_mutants")
-    if args.operational and args.cluster:
-        parser.error("--operational and --cluster are two matrices: run them one at a time")
+    if args.operational + args.cluster + args.all > 1:
+        parser.error("--operational, --cluster and --all are separate matrices: run them one "
+                     "at a time")
     args.name = args.name or ("chaos_operational" if args.operational else
-                              "chaos_cluster" if args.cluster else "chaos")
+                              "chaos_cluster" if args.cluster else
+                              "chaos_full" if args.all else "chaos")
     default_kinds = (OPERATIONAL_KINDS if args.operational else
-                     CLUSTER_KINDS if args.cluster else CRASH_KINDS)
+                     CLUSTER_KINDS if args.cluster else
+                     tuple(FAULT_KINDS) if args.all else CRASH_KINDS)
+    args.runs = args.runs or (42 * len(FAULT_KINDS) if args.all else 200)
     kinds = [k for k in (args.kinds or ",".join(default_kinds)).split(",") if k]
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:
