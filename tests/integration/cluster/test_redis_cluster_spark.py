@@ -42,17 +42,11 @@ def test_pipeline_exact_on_redis_cluster(spark: Any, kafka_bootstrap: str,
     assert_pipeline_exact(spark, kafka_bootstrap, app_id, redis_cluster.url, tmp_checkpoint)
 
 
-def test_primary_killed_after_an_acknowledged_claim(spark: Any, kafka_bootstrap: str,
-                                                    redis_cluster: LocalRedisCluster,
-                                                    app_id: str, tmp_checkpoint: str,
-                                                    tmp_path: Path) -> None:
-    sinks.register(spark)
-    fp_dir = tmp_path / "fp"
-    topics, expected = fill_input(kafka_bootstrap, app_id)
-    df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_cluster.url,
-                      fail_point_dir=str(fp_dir))
-    arm(fp_dir, "dedup.after_claim", "sleep", match={"batch": 1}, seconds=6)
-    killed: list[int] = []
+def _kill_primary_when_held(redis_cluster: LocalRedisCluster, fp_dir: Path, app_id: str,
+                            killed: list[int], comeback: float = 0.0) -> threading.Thread:
+    """A started thread: once a claim is held at ``dedup.after_claim``, kill -9 the
+    primary of its shard (its port appended to ``killed``), wait for a replica to take
+    over, and ``comeback`` seconds later restart the old primary (back as a replica)."""
 
     def kill_primary() -> None:
         deadline = time.monotonic() + 150
@@ -68,10 +62,26 @@ def test_primary_killed_after_an_acknowledged_claim(spark: Any, kafka_bootstrap:
         if redis_cluster.promoted(state_key(app_id, shard), port,
                                   deadline - time.monotonic()) is None:
             return
-        redis_cluster.node(port).start()  # back as the new primary's replica
+        time.sleep(comeback)
+        redis_cluster.node(port).start()
 
     killer = threading.Thread(target=kill_primary, daemon=True)
     killer.start()
+    return killer
+
+
+def test_primary_killed_after_an_acknowledged_claim(spark: Any, kafka_bootstrap: str,
+                                                    redis_cluster: LocalRedisCluster,
+                                                    app_id: str, tmp_checkpoint: str,
+                                                    tmp_path: Path) -> None:
+    sinks.register(spark)
+    fp_dir = tmp_path / "fp"
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_cluster.url,
+                      fail_point_dir=str(fp_dir))
+    arm(fp_dir, "dedup.after_claim", "sleep", match={"batch": 1}, seconds=6)
+    killed: list[int] = []
+    killer = _kill_primary_when_held(redis_cluster, fp_dir, app_id, killed)
     restarts = 0
     while True:
         try:
@@ -114,26 +124,7 @@ def test_query_rides_out_a_primary_kill_without_a_restart(
                       fail_point_dir=str(fp_dir))
     arm(fp_dir, "dedup.after_claim", "sleep", match={"batch": 1}, seconds=6)
     killed: list[int] = []
-
-    def kill_primary() -> None:
-        deadline = time.monotonic() + 150
-        while not fired(fp_dir, "dedup.after_claim") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        hits = fired(fp_dir, "dedup.after_claim")
-        if not hits:
-            return
-        shard = int(hits[0].get("context", {}).get("shard", 0))
-        port = redis_cluster.primary_port_for_key(state_key(app_id, shard))
-        redis_cluster.node(port).kill()
-        killed.append(port)
-        if redis_cluster.promoted(state_key(app_id, shard), port,
-                                  deadline - time.monotonic()) is None:
-            return
-        time.sleep(COMEBACK)
-        redis_cluster.node(port).start()  # back as the new primary's replica
-
-    killer = threading.Thread(target=kill_primary, daemon=True)
-    killer.start()
+    killer = _kill_primary_when_held(redis_cluster, fp_dir, app_id, killed, comeback=COMEBACK)
     try:
         # No restart: a StreamingQueryException (or the AssertionError run_to_end makes
         # of a failed query) fails the test.
