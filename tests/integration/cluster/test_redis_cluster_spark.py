@@ -21,6 +21,7 @@ from dedup.catalog import state_key
 from dedup.failpoints import arm, fired
 from dedup.local.redis_cluster import LocalRedisCluster
 from tests.integration.sinks.pipeline import (
+    Topics,
     assert_pipeline_exact,
     build_stream,
     check_exact,
@@ -40,6 +41,19 @@ def test_pipeline_exact_on_redis_cluster(spark: Any, kafka_bootstrap: str,
                                          redis_cluster: LocalRedisCluster, app_id: str,
                                          tmp_checkpoint: str) -> None:
     assert_pipeline_exact(spark, kafka_bootstrap, app_id, redis_cluster.url, tmp_checkpoint)
+
+
+def _stream_held_at_batch_1(spark: Any, kafka_bootstrap: str,
+                            redis_cluster: LocalRedisCluster, app_id: str,
+                            fp_dir: Path) -> tuple[Topics, dict[str, bytes], Any]:
+    """Input topics, the expected output and the dedup stream on the cluster, with one
+    task of batch 1 armed to hold 6 s right after its claim."""
+    sinks.register(spark)
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_cluster.url,
+                      fail_point_dir=str(fp_dir))
+    arm(fp_dir, "dedup.after_claim", "sleep", match={"batch": 1}, seconds=6)
+    return topics, expected, df
 
 
 def _kill_primary_when_held(redis_cluster: LocalRedisCluster, fp_dir: Path, app_id: str,
@@ -74,12 +88,9 @@ def test_primary_killed_after_an_acknowledged_claim(spark: Any, kafka_bootstrap:
                                                     redis_cluster: LocalRedisCluster,
                                                     app_id: str, tmp_checkpoint: str,
                                                     tmp_path: Path) -> None:
-    sinks.register(spark)
     fp_dir = tmp_path / "fp"
-    topics, expected = fill_input(kafka_bootstrap, app_id)
-    df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_cluster.url,
-                      fail_point_dir=str(fp_dir))
-    arm(fp_dir, "dedup.after_claim", "sleep", match={"batch": 1}, seconds=6)
+    topics, expected, df = _stream_held_at_batch_1(spark, kafka_bootstrap, redis_cluster,
+                                                   app_id, fp_dir)
     killed: list[int] = []
     killer = _kill_primary_when_held(redis_cluster, fp_dir, app_id, killed)
     restarts = 0
@@ -117,12 +128,9 @@ def test_query_rides_out_a_primary_kill_without_a_restart(
     task attempts last (each fails once its ``WAIT`` times out): without the wait the
     query dies every time, not only when a claim lands in the short window without a
     primary."""
-    sinks.register(spark)
     fp_dir = tmp_path / "fp"
-    topics, expected = fill_input(kafka_bootstrap, app_id)
-    df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_cluster.url,
-                      fail_point_dir=str(fp_dir))
-    arm(fp_dir, "dedup.after_claim", "sleep", match={"batch": 1}, seconds=6)
+    topics, expected, df = _stream_held_at_batch_1(spark, kafka_bootstrap, redis_cluster,
+                                                   app_id, fp_dir)
     killed: list[int] = []
     killer = _kill_primary_when_held(redis_cluster, fp_dir, app_id, killed, comeback=COMEBACK)
     try:
