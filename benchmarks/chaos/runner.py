@@ -110,6 +110,9 @@ class RunResult:
     # from progress files written before errors were classified.
     error_classes: dict[str, int] = field(default_factory=dict)
     unexpected_errors: list[str] = field(default_factory=list)
+    # the toolkit's commit the run ran on (a matrix spans sittings and code changes);
+    # "" in progress files written before it was recorded
+    commit: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -795,6 +798,22 @@ def finished_runs(progress: Path, specs: list[RunSpec]) -> list[RunResult]:
     return finished
 
 
+def _commit() -> str:
+    """The checkout's commit (with ``+dirty`` for uncommitted changes), "" outside git."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+dirty" if dirty else "")
+
+
 def run_schedule(specs: list[RunSpec], results: list[RunResult], progress: Path,
                  max_minutes: float, line: Callable[[RunResult], str],
                  wanted: range | None = None) -> list[RunResult]:
@@ -807,6 +826,7 @@ def run_schedule(specs: list[RunSpec], results: list[RunResult], progress: Path,
     import tempfile
 
     done = {r.spec.index for r in results}
+    commit = _commit()
     workdir = Path(tempfile.mkdtemp(prefix="dedup-chaos-"))
     env = ChaosEnv(workdir).start()
     started = time.monotonic()
@@ -818,6 +838,7 @@ def run_schedule(specs: list[RunSpec], results: list[RunResult], progress: Path,
                 print(f"time limit reached after {len(results)} runs", flush=True)
                 break
             result = run_one(env, spec)
+            result.commit = commit
             results.append(result)
             with progress.open("a") as handle:
                 handle.write(json.dumps(result.as_dict(), default=str) + "\n")
