@@ -1,0 +1,114 @@
+"""The catalog's compact ID store (format 2) against a real Redis.
+
+IDs are kept as 16-byte digests in small hashes that must stay in Redis's compact
+encoding at any size, expire together, and be refused when another release wrote
+the catalog in another format (reading it would miss the IDs already claimed).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from dedup import CatalogStateError, DedupConfig, RedisConfig
+from dedup.bloom import FilterCache
+from dedup.catalog import RedisCatalog, index_key, lookup_buckets, meta_key, state_key
+from dedup.claim import ShardClaimer
+from dedup.config import BloomConfig, RetentionConfig
+
+pytestmark = pytest.mark.integration
+NOW = 1_800_000_000.0
+
+
+def _config(redis_url: str, **kwargs: Any) -> DedupConfig:
+    return DedupConfig(f"fmt-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
+                       **kwargs)
+
+
+def _sub_buckets(client: Any, app_id: str, shard: int) -> list[bytes]:
+    return list(client.scan_iter(match=f"dedup:{{{app_id}:s{shard}}}:idx:*:*", count=1000))
+
+
+@pytest.mark.parametrize("bloom", [True, False], ids=["bloom", "no-bloom"])
+def test_the_index_grows_compact_and_finds_every_id_again(redis_url: str, bloom: bool) -> None:
+    cfg = _config(redis_url, bloom=BloomConfig(enabled=bloom))
+    client = redis.Redis.from_url(redis_url)
+    claimer = ShardClaimer(cfg, filters=FilterCache())
+    first = [f"a{i}" for i in range(20_000)]  # one claim that splits a new index ~600 times
+    assert claimer.claim("q", 0, 0, first, now=NOW).keep.all()
+    more = [f"b{i}" for i in range(5_000)]
+    for batch in range(1, 6):  # then growth a claim at a time
+        assert claimer.claim("q", batch, 0, more[(batch - 1) * 1000:batch * 1000],
+                             now=NOW).keep.all()
+    everything = first + more
+    # A fresh worker (no filter) and this one (its filter current) both see every ID
+    # as claimed, and new IDs mixed in as new.
+    mixed = everything[::7] + [f"c{i}" for i in range(300)]
+    for worker, batch in ((ShardClaimer(cfg, filters=FilterCache()), 10), (claimer, 11)):
+        outcome = worker.claim("q", batch, 0, mixed, now=NOW)
+        kept = {key for key, k in zip(mixed, outcome.keep.tolist(), strict=True) if k}
+        if batch == 10:
+            assert kept == {f"c{i}" for i in range(300)}
+        else:  # batch 10 claimed the new ones
+            assert kept == set()
+    catalog = RedisCatalog(cfg)
+    assert catalog.catalog_size(NOW) == len(everything) + 300
+    snapshot = catalog.snapshot(0, NOW)
+    assert len(snapshot.ids) == len(set(snapshot.ids)) == len(everything) + 300
+    assert all(len(digest) == 16 for digest in snapshot.ids)
+    assert catalog.contains(0, "a123", NOW) and not catalog.contains(0, "zzz", NOW)
+
+    keys = _sub_buckets(client, cfg.app_id, 0)
+    assert len(keys) > 600
+    expire_at = int(client.expiretime(index_key(cfg.app_id, 0, lookup_buckets(cfg, NOW)[0])))
+    assert expire_at > NOW
+    for key in keys:
+        assert client.object("encoding", key) == b"listpack", key
+        assert client.hlen(key) <= 128
+        assert client.expiretime(key) == expire_at, f"{key!r} lives on its own"
+
+
+def test_a_claim_into_a_bucket_already_expired_leaves_nothing_behind(redis_url: str) -> None:
+    """A batch whose time lies beyond the horizon (a retry long after, a clock far
+    behind) writes into a bucket Redis already expired: no key may outlive it."""
+    cfg = _config(redis_url, retention=RetentionConfig(horizon_seconds=60, bucket_seconds=30))
+    client = redis.Redis.from_url(redis_url)
+    long_ago = time.time() - 3600
+    outcome = ShardClaimer(cfg, filters=FilterCache()).claim(
+        "q", 0, 1, [f"x{i}" for i in range(500)], now=long_ago)
+    assert outcome.keep.all()
+    assert not list(client.scan_iter(match=f"dedup:{{{cfg.app_id}:s1}}:idx:*"))
+
+
+def test_a_catalog_of_the_older_format_is_refused_not_read(redis_url: str) -> None:
+    """An app id whose catalog a release with ID sets wrote (its meta has no format,
+    its shard states no ``f``): reading it would miss every ID it holds."""
+    cfg = _config(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    client.hset(meta_key(cfg.app_id), mapping={"num_shards": "2", "placement": "hash"})
+    with pytest.raises(CatalogStateError, match="format 1.*new app id"):
+        RedisCatalog(cfg).check_setup()
+    assert client.hget(meta_key(cfg.app_id), "catalog_format") is None, "a refusal wrote"
+
+    other = _config(redis_url)
+    client.hset(state_key(other.app_id, 0), mapping={"epoch": "e", "version": "3", "n": "2"})
+    for call in (lambda: ShardClaimer(other, filters=FilterCache()).claim(
+                     "q", 0, 0, ["x"], now=NOW),
+                 lambda: RedisCatalog(other).snapshot(0, NOW)):
+        with pytest.raises(CatalogStateError, match="format 1"):
+            call()
+    assert not _sub_buckets(client, other.app_id, 0), "the refused claim wrote IDs"
+
+
+def test_a_new_app_id_records_the_format(redis_url: str) -> None:
+    cfg = _config(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    RedisCatalog(cfg).check_setup()
+    RedisCatalog(cfg).check_setup()  # safe to repeat
+    assert client.hget(meta_key(cfg.app_id), "catalog_format") == b"2"
+    ShardClaimer(cfg, filters=FilterCache()).claim("q", 0, 1, ["x"], now=NOW)
+    assert client.hget(state_key(cfg.app_id, 1), "f") == b"2"
