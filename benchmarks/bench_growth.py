@@ -41,12 +41,12 @@ LEVEL = ("shard-claim level: ShardClaimer + RedisCatalog + pybloom-live in one P
 
 def memory_breakdown(client: Any) -> dict[str, int]:
     """Bytes per key family (``MEMORY USAGE ... SAMPLES 0`` counts every element)."""
-    parts = {"id_sets": 0, "journal": 0, "decisions": 0, "other": 0}
+    parts = {"id_index": 0, "journal": 0, "decisions": 0, "other": 0}
     for key in client.scan_iter(match="*", count=1000):
         name = key.decode()
         size = int(client.memory_usage(key, samples=0) or 0)
-        if ":ids:" in name:
-            parts["id_sets"] += size
+        if ":idx:" in name:
+            parts["id_index"] += size
         elif name.endswith(":jr"):
             parts["journal"] += size
         elif name.endswith(":dec"):
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "samples": samples,
         "catalog_size_read_back": size_check,
         "memory_breakdown_bytes": breakdown,
-        "id_set_bytes_per_id": round(breakdown["id_sets"] / args.ids, 1),
+        "id_index_bytes_per_id": round(breakdown["id_index"] / args.ids, 1),
         "journal_bytes_per_id": round(breakdown["journal"] / args.ids, 1),
         "catalog_bytes_per_id": final["bytes_per_id"],
         "records_per_s_first_over_last": round(samples[0]["records_per_s"]

@@ -13,9 +13,11 @@ Bit positions come from Python's own string hash (SipHash, computed in C and
 cached on the string) by double hashing: slice ``i`` gets bit
 ``(h1 + i * h2) mod m``. pybloom's per-key SHA path cost about 1.3 us per ID
 in a Python loop; this costs about 0.1 us. A filter is private to one Python
-worker process (it is built and caught up there from ID strings and never
+worker process (it is built and caught up there from ID digests and never
 shipped), so a hash that is only stable within the process is enough; a
-false positive it causes costs a catalog lookup, never a record.
+false positive it causes costs a catalog lookup, never a record. Its keys are
+the IDs' 16-byte digests, the form the catalog stores and replies with
+(:func:`dedup.catalog.id_digests`).
 
 :class:`FilterCache` keeps the filters of one Python worker across batches,
 keyed by ``(app_id, shard)``; :data:`WORKER_FILTERS` is the worker's cache.
@@ -33,7 +35,7 @@ from pybloom_live import BloomFilter
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 
-def bit_positions(keys: Sequence[str], num_slices: int, bits_per_slice: int) -> np.ndarray:
+def bit_positions(keys: Sequence[bytes | str], num_slices: int, bits_per_slice: int) -> np.ndarray:
     """``(len(keys), num_slices)`` absolute bit positions of ``keys`` (this process only)."""
     hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)
     h1 = (hashes & _LOW32)[:, None]
@@ -71,7 +73,7 @@ class ShardFilter:
         self.version = version
         self.token = token
 
-    def positions(self, keys: Sequence[str]) -> np.ndarray:
+    def positions(self, keys: Sequence[bytes | str]) -> np.ndarray:
         """Bit positions of ``keys`` in this filter (see :func:`bit_positions`)."""
         return bit_positions(keys, self._bf.num_slices, self._bf.bits_per_slice)
 
@@ -89,8 +91,8 @@ class ShardFilter:
         """Whether ``extra`` more IDs fit without exceeding the capacity."""
         return self.count + extra <= self.capacity
 
-    def add_all(self, ids: Iterable[str]) -> bool:
-        """Add ``ids`` (str keys only); False (and nothing added) when the filter is full."""
+    def add_all(self, ids: Iterable[bytes | str]) -> bool:
+        """Add ``ids`` (ID digests); False (and nothing added) when the filter is full."""
         keys = list(ids)
         if not keys:
             return True
@@ -111,7 +113,7 @@ class ShardFilter:
         self._bf.count += fresh
         return True
 
-    def probe(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def probe(self, ids: Sequence[bytes | str]) -> tuple[np.ndarray, np.ndarray]:
         """Hit mask of ``ids`` and their bit positions.
 
         A False in the mask means the key was surely never added.
@@ -119,7 +121,7 @@ class ShardFilter:
         positions = self.positions(ids)
         return self._contains(positions), positions
 
-    def split(self, ids: Sequence[str]) -> tuple[list[str], list[str]]:
+    def split(self, ids: Sequence[bytes | str]) -> tuple[list[bytes | str], list[bytes | str]]:
         """``(negatives, positives)`` of ``ids``: negatives were surely never added."""
         hit, _ = self.probe(ids)
         keys = np.array(ids, dtype=object)

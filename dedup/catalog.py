@@ -3,12 +3,16 @@
 Every key one Lua call touches shares the hash tag ``{<app>:s<shard>}``, so a
 call stays within one Redis Cluster slot:
 
-``dedup:{app:s3}:state``      hash: epoch, version, tok, n (shards), owner, seen
+``dedup:{app:s3}:state``      hash: f (catalog format), epoch, version, tok, n (shards),
+                              owner, fence
 ``dedup:{app:s3}:dec``        hash: ``<query id>:<batch>`` ->
-                              ``<version>|\n<candidates digest>\n<kept ids>``
-``dedup:{app:s3}:jr``         hash: version -> IDs newly claimed at that version,
+                              ``<version>|\n<candidates digest>\n<kept digests>``
+``dedup:{app:s3}:jr``         hash: version -> digests newly claimed at that version,
                               ``t<version>`` -> the random token of that version
-``dedup:{app:s3}:ids:<b>``    SET of IDs claimed in time bucket ``b`` (expires)
+``dedup:{app:s3}:idx:<b>``    hash L, p, n: the index of the IDs claimed in time bucket
+                              ``b``; ``dedup:{app:s3}:idx:<b>:<a>``: its sub-bucket ``a``,
+                              a small hash of 16-byte ID digests (``idstore.lua``; all
+                              expire together)
 ``dedup:{app}:meta``          hash: the layout settings recorded on first use
                               (:data:`LAYOUT_SETTINGS`) and ``replicas``, the
                               replicas every claim waits for
@@ -19,6 +23,11 @@ call stays within one Redis Cluster slot:
                               fence that claimed it
 ``dedup:{app}:queries``       hash: query id -> the last batch Spark committed
 
+The catalog stores an ID as its 16-byte BLAKE2b digest (:func:`id_digests`, format
+:data:`CATALOG_FORMAT`): about 22 bytes of Redis memory per ID instead of a set
+member's 90 or more. Two IDs with one digest would count as one: at 10**10 IDs the
+chance that any two collide is below 10**-18.
+
 Clients are created lazily, one per worker process and URL, and the scripts
 are registered once per client (redis-py reloads them on NOSCRIPT).
 """
@@ -26,11 +35,12 @@ are registered once per client (redis-py reloads them on NOSCRIPT).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import pkgutil
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,8 +82,10 @@ def journal_key(app_id: str, shard: int) -> str:
     return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:jr"
 
 
-def bucket_key(app_id: str, shard: int, bucket: int) -> str:
-    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:ids:{bucket}"
+def index_key(app_id: str, shard: int, bucket: int) -> str:
+    """The index of the IDs ``shard`` claimed in time bucket ``bucket``; its sub-buckets
+    are ``<index key>:<n>`` (``idstore.lua``)."""
+    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:idx:{bucket}"
 
 
 def ack_key(app_id: str, shard: int) -> str:
@@ -109,13 +121,38 @@ def lookup_buckets(config: DedupConfig, now: float) -> list[int]:
     return [live[0], live[0] + 1, *live[1:]]
 
 
+CATALOG_FORMAT = "2"
+"""How the catalog stores IDs; recorded in every shard state (``f``) and the app's meta.
+``1`` (releases up to 0.x): a SET of the ID strings per time bucket; ``2``: 16-byte
+digests in small hashes (``idstore.lua``). A catalog of another format is refused."""
+DIGEST_BYTES = 16
+_ID_STORE_SCRIPTS = ("claim", "snapshot", "contains")
+
+
+def id_digests(ids: Sequence[str]) -> list[bytes]:
+    """The 16-byte digests (BLAKE2b-128 of the UTF-8 text) the catalog stores for ``ids``.
+
+    Pure; stable across processes, machines and releases of this format."""
+    blake2b = hashlib.blake2b
+    return [blake2b(key.encode(), digest_size=DIGEST_BYTES).digest() for key in ids]
+
+
+def split_digests(blob: bytes) -> list[bytes]:
+    """Digests concatenated in ``blob`` (a catalog reply), one ``bytes`` each."""
+    return [blob[i:i + DIGEST_BYTES] for i in range(0, len(blob), DIGEST_BYTES)]
+
+
 def _script(name: str) -> str:
     # pkgutil works from an installed package, a checkout and a zip on the
     # executors' path alike (importlib.resources tripped over a namespace path)
     data = pkgutil.get_data("dedup", f"lua/{name}")
     if data is None:
         raise CatalogStateError(f"Lua script dedup/lua/{name} is missing from the package")
-    return data.decode()
+    text = data.decode()
+    if name.removesuffix(".lua") in _ID_STORE_SCRIPTS:
+        # Redis runs one chunk per script: the ID index's functions go in front
+        text = _script("idstore.lua") + "\n" + text
+    return text
 
 
 _CLIENTS: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
@@ -137,7 +174,7 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
             with redis_errors(redis_config, "connecting"):  # a cluster client connects now
                 client = redis_config.client()
             scripts = {name: client.register_script(_script(f"{name}.lua"))
-                       for name in ("claim", "snapshot", "gc", "lease")}
+                       for name in ("claim", "snapshot", "gc", "lease", "contains")}
             found = _CLIENTS[key] = (client, scripts)
         return found
 
@@ -245,52 +282,55 @@ class ClaimReply:
     ``keep`` is the decision over the candidates in the order they were sent
     (negatives, then positives): True for an ID this batch keeps. ``replay``
     is True when the decision of this (query, batch, shard) was already
-    recorded; then ``keep`` is None, ``replay_kept`` lists the IDs that
-    decision kept and the tag fields are meaningless. ``mode`` says how Bloom
-    negatives were judged: ``trust``, ``journal`` (filter caught up with
-    ``catch_up``) or ``full`` (not used).
+    recorded; then ``keep`` is None, ``replay_kept`` lists the digests of the
+    IDs that decision kept and the tag fields are meaningless. ``mode`` says
+    how Bloom negatives were judged: ``trust``, ``journal`` (filter caught up
+    with the digests in ``catch_up``) or ``full`` (not used).
     """
 
     keep: np.ndarray | None
     replay: bool
     epoch: str
     version: int
-    catch_up: list[str]
+    catch_up: list[bytes]
     mode: str
     lookups: int
-    replay_kept: list[str] = field(default_factory=list)
+    replay_kept: list[bytes] = field(default_factory=list)
     token: str = ""
 
     @classmethod
-    def replayed(cls, kept: list[str]) -> ClaimReply:
+    def replayed(cls, kept: list[bytes]) -> ClaimReply:
         """The reply for a (query, batch, shard) whose decision was already recorded."""
         return cls(None, True, "", -1, [], "replay", 0, kept)
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Every live ID of a shard at ``(epoch, version, token)``."""
+    """The digest of every live ID of a shard at ``(epoch, version, token)``."""
 
     epoch: str
     version: int
-    ids: list[str]
+    ids: list[bytes]
     token: str = ""
 
 
-def candidates_digest(negatives: list[str], positives: list[str]) -> str:
-    """Order-free digest of a claim's candidate IDs (rows of a retry arrive in any order)."""
-    import pandas as pd
-
-    if not negatives and not positives:
+def candidates_digest(negatives: list[bytes], positives: list[bytes]) -> str:
+    """Order-free digest of a claim's candidate ID digests (rows of a retry arrive in
+    any order): their count and the sums, modulo 2**64, of each half."""
+    count = len(negatives) + len(positives)
+    if not count:
         return "0:0"
-    hashed = pd.util.hash_array(np.array(negatives + positives, dtype=object))
-    total = int(np.sum(hashed, dtype=np.uint64))  # wraps modulo 2**64: order-free
-    return f"{len(hashed)}:{total:x}"
+    words = np.frombuffer(b"".join(negatives) + b"".join(positives), dtype="<u8")
+    low, high = words.reshape(count, 2).sum(axis=0, dtype=np.uint64)  # wraps: order-free
+    return f"{count}:{int(low):x}:{int(high):x}"
 
 
-def _split(blob: bytes | str) -> list[str]:
-    text = blob.decode() if isinstance(blob, bytes) else blob
-    return text.split("\n") if text else []
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _blob(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("latin-1")
 
 
 class RedisCatalog:
@@ -311,6 +351,8 @@ class RedisCatalog:
 
     def _check_status(self, reply: list[Any], shard: int) -> str:
         status = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+        if status == "FORMAT":
+            raise CatalogStateError(format_refusal(self.config.app_id, _text(reply[1])))
         if status == "SHARDS":
             raise ShardCountMismatchError(
                 f"app id {self.config.app_id!r} shard {shard} was created with "
@@ -449,10 +491,11 @@ class RedisCatalog:
         return fence
 
     def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
-              negatives: list[str], positives: list[str], lease_owner: str,
+              negatives: list[bytes], positives: list[bytes], lease_owner: str,
               now: float) -> ClaimReply:
         """The atomic, idempotent claim of one (query, batch, shard); see ``claim.lua``.
 
+        ``negatives`` and ``positives`` are the candidates' digests (:func:`id_digests`);
         ``tag`` is the ``(epoch, version, token)`` of the caller's Bloom filter;
         ``now`` the batch's timestamp (the same for every attempt of the batch).
 
@@ -480,19 +523,19 @@ class RedisCatalog:
             f"the claim of shard {shard} ({decision})")
 
     def _claim_once(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
-                    negatives: list[str], positives: list[str], lease_owner: str,
+                    negatives: list[bytes], positives: list[bytes], lease_owner: str,
                     now: float) -> ClaimReply:
         app, cfg = self.config.app_id, self.config
         buckets = lookup_buckets(cfg, now)
         keys = [state_key(app, shard), decisions_key(app, shard), journal_key(app, shard)]
-        keys += [bucket_key(app, shard, b) for b in buckets]
+        keys += [index_key(app, shard, b) for b in buckets]
         expire_at = (buckets[0] + 1) * cfg.retention.bucket_seconds + cfg.retention.horizon_seconds
         digest = candidates_digest(negatives, positives)
         args: list[Any] = [
             decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
             self._fence(lease_owner, decision), cfg.journal_versions, uuid.uuid4().hex,
-            "\n".join(negatives), "\n".join(positives), tag[2] if tag else "", digest,
+            b"".join(negatives), b"".join(positives), tag[2] if tag else "", digest,
         ]
         what = f"the claim of shard {shard} ({decision})"
         required = self.required_replicas()
@@ -520,11 +563,11 @@ class RedisCatalog:
             reply = self._run("claim", keys, args, what)
         status = self._check_status(reply, shard)
         if status == "REPLAY":
-            recorded = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
-            _version, _, rest = recorded.partition("|")
-            if rest.startswith("\n"):  # IDs never contain a newline: the digest follows
-                stored, _, rest = rest[1:].partition("\n")
-                if stored != digest:
+            recorded = _blob(reply[1])
+            _version, _, rest = recorded.partition(b"|")
+            if rest.startswith(b"\n"):  # the candidates' digest (text), then kept digests
+                stored, _, rest = rest[1:].partition(b"\n")
+                if stored.decode() != digest:
                     raise CatalogStateError(
                         f"app id {app!r}: the decision of {decision} shard {shard} was recorded "
                         "for other IDs: two dedup steps with this app id in one batch (give "
@@ -536,16 +579,16 @@ class RedisCatalog:
                 # Test-only mutant (dedup.failpoints): the retry finds its own IDs
                 # claimed and counts them as seen.
                 return ClaimReply.replayed([])
-            return ClaimReply.replayed(_split(rest))
+            return ClaimReply.replayed(split_digests(rest))
         if status != "OK":
             raise CatalogStateError(f"unexpected claim reply {status!r} for shard {shard}")
-        text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]
+        text = [_text(x) for x in (*reply[1:4], *reply[5:])]
         keep = np.ones(len(negatives) + len(positives), dtype=bool)
         if text[2]:
             keep[np.array(text[2].split(","), dtype=np.int64)] = False
         return ClaimReply(keep=keep, replay=False, epoch=text[0], version=int(text[1]),
-                          catch_up=_split(text[3]), mode=text[4], lookups=int(text[5]),
-                          token=text[6])
+                          catch_up=split_digests(_blob(reply[4])), mode=text[3],
+                          lookups=int(text[4]), token=text[5])
 
     def required_replicas(self) -> int:
         """Replicas every claim waits for: ``RedisConfig.wait_replicas``, or the count
@@ -584,12 +627,12 @@ class RedisCatalog:
     def _snapshot_once(self, shard: int, now: float) -> Snapshot:
         app = self.config.app_id
         keys = [state_key(app, shard)]
-        keys += [bucket_key(app, shard, b) for b in lookup_buckets(self.config, now)]
+        keys += [index_key(app, shard, b) for b in lookup_buckets(self.config, now)]
         reply = self._run("snapshot", keys, [uuid.uuid4().hex, self.config.num_shards],
                           f"the Bloom snapshot of shard {shard}")
         self._check_status(reply, shard)
-        text = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[1:]]
-        return Snapshot(text[0], int(text[1]), text[3:], token=text[2])
+        digests = split_digests(b"".join(_blob(x) for x in reply[4:]))
+        return Snapshot(_text(reply[1]), int(_text(reply[2])), digests, token=_text(reply[3]))
 
     def collect_garbage(self, query_id: str, before_batch: int) -> int:
         """Delete decisions of ``query_id`` for batches ``< before_batch``, all shards.
@@ -613,14 +656,23 @@ class RedisCatalog:
         _FENCES.pop((self.config.app_id, query_id), None)
 
     def catalog_size(self, now: float) -> int:
-        """IDs currently remembered (SCARD over live buckets of all shards, one pipeline)."""
+        """IDs currently remembered (the counts of the live buckets' indexes, all shards,
+        one pipeline)."""
         client, _ = client_and_scripts(self.config.redis)
         with redis_errors(self.config.redis, "reading the catalog size"):
             pipe = client.pipeline(transaction=False)
             for shard in range(self.config.num_shards):
                 for bucket in live_buckets(self.config, now):
-                    pipe.scard(bucket_key(self.config.app_id, shard, bucket))
-            return sum(int(x) for x in pipe.execute())
+                    pipe.hget(index_key(self.config.app_id, shard, bucket), "n")
+            return sum(int(x or 0) for x in pipe.execute())
+
+    def contains(self, shard: int, record_id: str, now: float) -> bool:
+        """Whether the live buckets of ``shard`` hold ``record_id`` (a read, for tools
+        and tests; claims never ask this way). Safe to repeat."""
+        _client, scripts = client_and_scripts(self.config.redis)
+        keys = [index_key(self.config.app_id, shard, b) for b in lookup_buckets(self.config, now)]
+        with redis_errors(self.config.redis, "looking an ID up"):
+            return bool(scripts["contains"](keys=keys, args=id_digests([record_id])))
 
     def check_setup(self, layout: Mapping[str, str] | None = None) -> dict[str, str]:
         """Driver-side checks: reachable, safe settings (unless allowed), shard count.
@@ -634,6 +686,9 @@ class RedisCatalog:
         ------
         ShardCountMismatchError
             ``num_shards`` differs from the recorded count.
+        CatalogStateError
+            The app id's catalog was written in another format
+            (:data:`CATALOG_FORMAT`) by another release.
         ReplicaAckError
             Fewer replicas are connected than claims wait for (see
             ``RedisConfig.wait_replicas``).
@@ -646,12 +701,21 @@ class RedisCatalog:
         client, _ = client_and_scripts(self.config.redis)
         cfg = self.config
         url = redact_url(cfg.redis.url)
-        wanted = {"num_shards": str(cfg.num_shards), **dict(layout or {})}
+        wanted = {"num_shards": str(cfg.num_shards), "catalog_format": CATALOG_FORMAT,
+                  **dict(layout or {})}
         with redis_errors(cfg.redis, "the start-up check"):
             client.ping()
             if cfg.redis.require_persistence:
                 _check_safe_settings(client, url)
             connected = _connected_replicas(client)
+            pipe = client.pipeline(transaction=False)
+            pipe.hlen(meta_key(cfg.app_id))
+            pipe.hget(meta_key(cfg.app_id), "catalog_format")
+            fields, found = pipe.execute()
+            if fields and (found is None or _text(found) != CATALOG_FORMAT):
+                # a meta without a format was written by a release that stored ID sets
+                raise CatalogStateError(format_refusal(
+                    cfg.app_id, "1" if found is None else _text(found)))
             pipe = client.pipeline(transaction=False)
             for name, value in wanted.items():
                 if value != "":  # an unknown value (e.g. a hand-made ID column) is not pinned
@@ -706,6 +770,14 @@ def _connected_replicas(client: Any) -> int:
         log.warning("Redis refused INFO replication: claims wait for the replicas recorded "
                     "for the app id, or RedisConfig(wait_replicas)")
         return 0
+
+
+def format_refusal(app_id: str, found: str) -> str:
+    """The one-line refusal of a catalog written in another format."""
+    return (f"app id {app_id!r}: its catalog in Redis is in format {found} (written by "
+            f"another release of this toolkit), this release reads format {CATALOG_FORMAT} "
+            "only and would not see the IDs already claimed: keep running the release that "
+            "wrote it, or start this pipeline with a new app id (and a new checkpoint)")
 
 
 LAYOUT_SETTINGS = ("num_shards", "num_partitions", "placement", "bucket_seconds", "id_strategy")

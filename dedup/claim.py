@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from dedup.bloom import WORKER_FILTERS, FilterCache, ShardFilter
-from dedup.catalog import ClaimReply, RedisCatalog, Snapshot
+from dedup.catalog import ClaimReply, RedisCatalog, Snapshot, id_digests
 from dedup.config import DedupConfig
 from dedup.failpoints import mutant_on
 
@@ -25,7 +25,7 @@ class Catalog(Protocol):
     """What the claim logic needs from the catalog (one round trip per call)."""
 
     def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
-              negatives: list[str], positives: list[str], lease_owner: str,
+              negatives: list[bytes], positives: list[bytes], lease_owner: str,
               now: float) -> ClaimReply: ...
 
     def snapshot(self, shard: int, now: float) -> Snapshot: ...
@@ -82,6 +82,7 @@ class ShardClaimer:
 
         Safe to repeat: a repeat of the same (query, batch, shard) returns the
         recorded decision. Raises what the catalog raises (the batch fails).
+        The catalog and the filters see the IDs' digests (:func:`dedup.catalog.id_digests`).
         """
         now = time.time() if now is None else now
         round_trips = 0
@@ -91,7 +92,8 @@ class ShardClaimer:
             if bf is None:
                 bf = self._rebuild(shard, now, self.config.bloom.capacity)
                 round_trips += 1
-        keys = ids if isinstance(ids, np.ndarray) else np.array(ids, dtype=object)
+        keys = np.empty(len(ids), dtype=object)
+        keys[:] = id_digests(ids.tolist() if isinstance(ids, np.ndarray) else ids)
         hit: np.ndarray | None = None
         positions: np.ndarray | None = None
         if bf is not None:
@@ -133,7 +135,7 @@ class ShardClaimer:
                             round_trips, reply.lookups, reply.mode)
 
     def _update_filter(self, bf: ShardFilter, shard: int, reply: ClaimReply,
-                       now: float, kept: list[str], kept_positions: np.ndarray | None) -> int:
+                       now: float, kept: list[bytes], kept_positions: np.ndarray | None) -> int:
         """Bring ``bf`` to the reply's version; returns extra round trips (0 or 1)."""
         if reply.mode in ("trust", "journal") and reply.epoch == bf.epoch:
             if bf.has_room(len(reply.catch_up) + len(kept)):

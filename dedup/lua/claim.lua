@@ -1,12 +1,15 @@
 -- Atomic, idempotent claim of one (app, batch, shard): check candidates,
 -- add the new IDs, record the decision, bump the shard version.
 --
--- KEYS[1] state hash (epoch, version, tok, n, owner, fence)
--- KEYS[2] decisions hash ("<qid>:<batch>" -> "<version>|<kept ids>")
--- KEYS[3] journal hash (version -> ids claimed at that version; "t<version>" ->
+-- IDs travel and are stored as 16-byte digests (catalog format 2, see
+-- idstore.lua): every ID argument is a concatenation of digests, no separators.
+--
+-- KEYS[1] state hash (f, epoch, version, tok, n, owner, fence)
+-- KEYS[2] decisions hash ("<qid>:<batch>" -> "<version>|\n<digest>\n<kept digests>")
+-- KEYS[3] journal hash (version -> digests claimed at that version; "t<version>" ->
 --         the token of that version)
--- KEYS[4] current time bucket SET; KEYS[5] the next one (a batch clock that
---         went back across a bucket boundary); KEYS[6..] older live bucket SETs
+-- KEYS[4] index of the current time bucket; KEYS[5] the next one (a batch clock
+--         that went back across a bucket boundary); KEYS[6..] older live buckets
 -- ARGV[1] decision field       ARGV[2] client filter epoch ("" = no filter)
 -- ARGV[3] client version (-1)  ARGV[4] batch time (unix seconds; not used here)
 -- ARGV[5] expire-at of the current bucket
@@ -15,16 +18,16 @@
 -- ARGV[9] journal versions kept
 -- ARGV[10] a fresh random token: the epoch if the shard is new, and the token
 --          of the version this claim creates
+-- ARGV[11] Bloom negatives, ARGV[12] Bloom positives (digests)
 -- ARGV[13] client filter token ("" = none)
 -- ARGV[14] digest of the candidate IDs (order-free), kept in the decision so a
 --          replay for other IDs is told apart from a retry
--- ARGV[11] Bloom negatives, ARGV[12] Bloom positives: newline-joined IDs (one
--- argument each: packing thousands of arguments cost more than the script)
 -- Returns {status, ...}; "OK": {epoch, version, dropped, catch-up, mode, lookups,
 -- token}
 -- where dropped lists the 0-based positions (comma-joined) of the duplicates
--- among the candidates, negatives first, then positives; "REPLAY":
--- {"<version>|\n<digest>\n<kept ids>"}
+-- among the candidates, negatives first, then positives; catch-up concatenates
+-- the digests the caller's filter missed; "REPLAY": {"<version>|\n<digest>\n<kept>"};
+-- "FORMAT": the shard was written by a release with another catalog format.
 --
 -- A filter is tagged (epoch, version, token). Version numbers can come back
 -- after Redis rolls back (AOF everysec and a crash, failover to a lagging
@@ -39,10 +42,14 @@ if prev then
   return {'REPLAY', prev}
 end
 
-local st = redis.call('HMGET', state, 'epoch', 'version', 'n', 'owner', 'fence', 'tok')
+local st = redis.call('HMGET', state, 'epoch', 'version', 'n', 'owner', 'fence', 'tok', 'f',
+                      'jn', 'jlo')
 local epoch = st[1]
 local version = tonumber(st[2] or '0')
 local tok = st[6] or ''
+if epoch and st[7] ~= FORMAT then
+  return {'FORMAT', st[7] or '1'}
+end
 if st[3] and st[3] ~= ARGV[6] then
   return {'SHARDS', st[3]}
 end
@@ -55,13 +62,14 @@ if qid ~= '' and tonumber(st[5] or '0') > fence then
 end
 if not epoch then
   epoch = ARGV[10]
-  redis.call('HSET', state, 'epoch', epoch, 'version', 0, 'n', ARGV[6])
+  redis.call('HSET', state, 'epoch', epoch, 'version', 0, 'n', ARGV[6], 'f', FORMAT)
 end
 if qid ~= '' and tonumber(st[5] or '0') < fence then
   redis.call('HSET', state, 'owner', qid, 'fence', fence)
 end
 
 local keep = tonumber(ARGV[9])
+local JOURNAL_SHARE = 8
 local cver = tonumber(ARGV[3])
 local mode = 'full'
 local catch = {}
@@ -83,7 +91,8 @@ elseif ARGV[2] == epoch and cver >= 0 and cver < version and version - cver <= k
     journal = {}
     for i = 1, #entries do
       catch[#catch + 1] = entries[i]
-      for id in string.gmatch(entries[i], '[^\n]+') do journal[id] = true end
+      local e = entries[i]
+      for s = 1, #e, DIGEST do journal[string.sub(e, s, s + DIGEST - 1)] = true end
     end
   end
 end
@@ -91,12 +100,14 @@ end
 -- need/at: IDs the catalog must judge and their candidate positions
 local kept, dropped, need, at = {}, {}, {}, {}
 local pos = 0
+local negatives, positives = ARGV[11], ARGV[12]
 if mode == 'trust' then
   -- a current filter's negatives are new: no lookup, no per-ID table work
-  for id in string.gmatch(ARGV[11], '[^\n]+') do kept[#kept + 1] = id end
+  for s = 1, #negatives, DIGEST do kept[#kept + 1] = string.sub(negatives, s, s + DIGEST - 1) end
   pos = #kept
 else
-  for id in string.gmatch(ARGV[11], '[^\n]+') do
+  for s = 1, #negatives, DIGEST do
+    local id = string.sub(negatives, s, s + DIGEST - 1)
     if mode ~= 'journal' then
       need[#need + 1] = id
       at[#need] = pos
@@ -108,23 +119,17 @@ else
     pos = pos + 1
   end
 end
-for id in string.gmatch(ARGV[12], '[^\n]+') do
-  need[#need + 1] = id
+for s = 1, #positives, DIGEST do
+  need[#need + 1] = string.sub(positives, s, s + DIGEST - 1)
   at[#need] = pos
   pos = pos + 1
 end
 
--- Full catalog check of the rest, SMISMEMBER in chunks over the live buckets.
-local CHUNK = 5000
+-- Full catalog check of the rest over the live buckets.
 local found = {}
 for k = 4, #KEYS do
-  for s = 1, #need, CHUNK do
-    local e = math.min(s + CHUNK - 1, #need)
-    local r = redis.call('SMISMEMBER', KEYS[k], unpack(need, s, e))
-    for j = 1, #r do
-      if r[j] == 1 then found[need[s + j - 1]] = true end
-    end
-  end
+  if #need == 0 then break end
+  index_lookup(KEYS[k], need, found)
 end
 for i = 1, #need do
   if found[need[i]] then
@@ -134,19 +139,29 @@ for i = 1, #need do
   end
 end
 
-local blob = table.concat(kept, '\n')
+local blob = table.concat(kept)
 if #kept > 0 then
-  for s = 1, #kept, CHUNK do
-    redis.call('SADD', KEYS[4], unpack(kept, s, math.min(s + CHUNK - 1, #kept)))
-  end
-  redis.call('EXPIREAT', KEYS[4], ARGV[5])
+  index_add(KEYS[4], kept, ARGV[5])
   version = version + 1
   tok = ARGV[10]
   redis.call('HSET', jr, tostring(version), blob, 't' .. version, tok)
-  redis.call('HDEL', jr, tostring(version - keep), 't' .. (version - keep))
-  redis.call('HSET', state, 'version', version, 'tok', tok)
+  -- The journal keeps versions jlo..version (and the tokens of jlo-1..version): at
+  -- most `keep` of them, and no more digests (jn) than a JOURNAL_SHARE-th of the
+  -- shard's live IDs, beyond which rebuilding a filter from the catalog costs
+  -- little more than catching it up.
+  local jn = tonumber(st[8] or '0') + #kept
+  local jlo = tonumber(st[9] or '1')
+  local live = 0
+  for k = 4, #KEYS do live = live + tonumber(redis.call('HGET', KEYS[k], 'n') or '0') end
+  local cap = math.max(#kept, math.floor(live / JOURNAL_SHARE))
+  while jlo < version and (jlo <= version - keep or jn > cap) do
+    jn = jn - redis.call('HSTRLEN', jr, tostring(jlo)) / DIGEST
+    redis.call('HDEL', jr, tostring(jlo), 't' .. (jlo - 1))
+    jlo = jlo + 1
+  end
+  redis.call('HSET', state, 'version', version, 'tok', tok, 'jn', jn, 'jlo', jlo)
 end
 redis.call('HSET', dec, field, tostring(version) .. '|\n' .. ARGV[14] .. '\n' .. blob)
 -- The reply names the (few) dropped positions, not the (many) kept IDs.
 return {'OK', epoch, tostring(version), table.concat(dropped, ','),
-        table.concat(catch, '\n'), mode, tostring(#need), tok}
+        table.concat(catch), mode, tostring(#need), tok}

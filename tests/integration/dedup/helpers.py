@@ -88,3 +88,13 @@ def run_stream(spark: Any, dedup: Any, input_dir: Path, checkpoint: str,
     finally:
         query.stop()
     return query
+
+
+def catalog_holds(client: Any, app_id: str, shard: int, record_id: str) -> bool:
+    """Whether the catalog on ``client`` (a primary or a replica, read directly) holds
+    ``record_id`` in any time bucket of ``shard``."""
+    from dedup.catalog import id_digests
+
+    digest = id_digests([record_id])[0]
+    return any(client.hexists(key, digest) for key in client.scan_iter(
+        match=f"dedup:{{{app_id}:s{shard}}}:idx:*:*"))

@@ -90,7 +90,7 @@ def test_a_catalog_of_the_older_format_is_refused_not_read(redis_url: str) -> No
     cfg = _config(redis_url)
     client = redis.Redis.from_url(redis_url)
     client.hset(meta_key(cfg.app_id), mapping={"num_shards": "2", "placement": "hash"})
-    with pytest.raises(CatalogStateError, match="format 1.*new app id"):
+    with pytest.raises(CatalogStateError, match=r"format 1.*new app id"):
         RedisCatalog(cfg).check_setup()
     assert client.hget(meta_key(cfg.app_id), "catalog_format") is None, "a refusal wrote"
 
@@ -112,3 +112,33 @@ def test_a_new_app_id_records_the_format(redis_url: str) -> None:
     assert client.hget(meta_key(cfg.app_id), "catalog_format") == b"2"
     ShardClaimer(cfg, filters=FilterCache()).claim("q", 0, 1, ["x"], now=NOW)
     assert client.hget(state_key(cfg.app_id, 1), "f") == b"2"
+
+
+def test_the_journal_stays_a_fraction_of_the_shard_and_still_catches_filters_up(
+        redis_url: str) -> None:
+    """The catch-up journal holds at most an eighth of the shard's live IDs (and at most
+    ``journal_versions`` versions); a filter a version behind still catches up from it."""
+    cfg = _config(redis_url, journal_versions=64)
+    client = redis.Redis.from_url(redis_url)
+    ahead, behind = ShardClaimer(cfg, filters=FilterCache()), ShardClaimer(cfg,
+                                                                         filters=FilterCache())
+    ahead.claim("q", 0, 0, [f"a{i}" for i in range(8_000)], now=NOW)
+    behind.claim("q", 1, 0, ["b0"], now=NOW)  # builds its filter: current
+    for batch in range(2, 40):
+        ahead.claim("q", batch, 0, [f"c{batch}-{i}" for i in range(100)], now=NOW)
+        state = {k.decode(): v.decode() for k, v in client.hgetall(state_key(cfg.app_id, 0))
+                 .items()}
+        versions = int(state["version"])
+        kept = sorted(int(f) for f in client.hkeys(f"dedup:{{{cfg.app_id}:s0}}:jr")
+                      if not f.startswith(b"t"))
+        assert kept == list(range(int(state["jlo"]), versions + 1)), "journal not contiguous"
+        digests = sum(client.hstrlen(f"dedup:{{{cfg.app_id}:s0}}:jr", str(v)) for v in kept)
+        assert digests // 16 == int(state["jn"])
+        assert int(state["jn"]) <= max(100, (8_000 + 1 + 100 * (batch - 1)) // 8)
+    # behind catches up (its filter is many versions behind: a rebuild or the journal),
+    # then ahead claims once: behind's filter is one version behind and catches up
+    behind.claim("q", 50, 0, ["d1"], now=NOW)
+    ahead.claim("q", 51, 0, ["d2"], now=NOW)
+    caught = behind.claim("q", 52, 0, ["d2", "d3"], now=NOW)
+    assert caught.mode == "journal"
+    assert caught.keep.tolist() == [False, True]

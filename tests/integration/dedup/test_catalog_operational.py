@@ -24,6 +24,7 @@ from dedup import (
     ShardClaimer,
 )
 from dedup.bloom import FilterCache
+from tests.integration.dedup.helpers import catalog_holds
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -110,8 +111,8 @@ def test_a_second_pipeline_claims_no_shard_while_the_first_holds_the_app_id(
     with pytest.raises(AppIdInUseError, match="query-a"):
         second.claim("query-b", 0, 1, ["b"], "query-b", now=1_800_000_000.0)
     client = redis.Redis.from_url(redis_url)
-    assert not any(client.smembers(key) for key in client.scan_iter(
-        match=f"dedup:{{{cfg.app_id}:s1}}:ids:*")), "pipeline B claimed IDs on shard 1"
+    assert not list(client.scan_iter(match=f"dedup:{{{cfg.app_id}:s1}}:idx:*")), \
+        "pipeline B claimed IDs on shard 1"
 
 
 def test_a_fenced_pipeline_cannot_claim_after_another_took_over(redis_url: str) -> None:
@@ -209,12 +210,10 @@ def test_a_claim_is_acknowledged_only_once_a_replica_holds_it(tmp_path: Any) -> 
             assert "replica" in str(exc)
             acknowledged = False
         # Failover: the replica is the catalog now.
-        held = any(replica.sismember(key, "x2") for key in replica.scan_iter(
-            match=f"dedup:{{{cfg.app_id}:s0}}:ids:*"))
+        held = catalog_holds(replica, cfg.app_id, 0, "x2")
         assert held or not acknowledged, \
             "claim of x2 acknowledged but lost by the failover: x2 would be kept twice"
-        assert any(replica.sismember(key, "x1") for key in replica.scan_iter(
-            match=f"dedup:{{{cfg.app_id}:s0}}:ids:*"))
+        assert catalog_holds(replica, cfg.app_id, 0, "x1")
 
 
 def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_told(
@@ -242,8 +241,7 @@ def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_to
         _replicate(primary.url, replica_server.url)
         retry = worker.claim("q", 0, 0, ["x1"], now=now)  # the decision is replayed
         assert retry.keep.tolist() == [True]
-        assert any(replica.sismember(key, "x1") for key in replica.scan_iter(
-            match=f"dedup:{{{cfg.app_id}:s0}}:ids:*"))
+        assert catalog_holds(replica, cfg.app_id, 0, "x1")
         # Failover: the replica is promoted and has no replica of its own.
         replica.execute_command("REPLICAOF", "NO", "ONE")
         promoted = replace(cfg, redis=RedisConfig(replica_server.url))
@@ -282,5 +280,4 @@ def test_a_claim_waits_for_a_replica_that_comes_back_within_the_failover_wait(
             back.join()
         assert outcome.keep.tolist() == [True]
         assert time.monotonic() - started >= 2.0, "acknowledged before a replica held it"
-        assert any(replica.sismember(key, "x1") for key in replica.scan_iter(
-            match=f"dedup:{{{cfg.app_id}:s0}}:ids:*"))
+        assert catalog_holds(replica, cfg.app_id, 0, "x1")

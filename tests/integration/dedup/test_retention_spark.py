@@ -73,7 +73,7 @@ def _run(spark: Any, dedup: Deduplicator, source: Path, checkpoint: str,
 
 
 def _bucket_keys(client: Any, app_id: str) -> list[str]:
-    return sorted(client.scan_iter(match=f"{KEY_PREFIX}:{{{app_id}:s*}}:ids:*"))
+    return sorted(client.scan_iter(match=f"{KEY_PREFIX}:{{{app_id}:s*}}:idx:*"))
 
 
 @pytest.mark.parametrize("policy", ["drop", "pass"])

@@ -9,8 +9,8 @@ import pytest
 
 from dedup.bloom import FilterCache, ShardFilter
 from dedup.catalog import (
-    bucket_key,
     decisions_key,
+    index_key,
     journal_key,
     live_buckets,
     meta_key,
@@ -44,7 +44,7 @@ def test_config_new_fields_validated() -> None:
 
 
 def test_keys_share_one_hash_tag_per_shard() -> None:
-    keys = [state_key("a", 3), decisions_key("a", 3), journal_key("a", 3), bucket_key("a", 3, 7)]
+    keys = [state_key("a", 3), decisions_key("a", 3), journal_key("a", 3), index_key("a", 3, 7)]
     assert {k[k.index("{"):k.index("}") + 1] for k in keys} == {shard_tag("a", 3)} == {"{a:s3}"}
     assert meta_key("a") == "dedup:{a}:meta"
     assert state_key("a", 3) != state_key("a", 4)
