@@ -11,7 +11,7 @@ call stays within one Redis Cluster slot:
                               ``t<version>`` -> the random token of that version
 ``dedup:{app:s3}:idx:<b>``    hash L, p, n: the index of the IDs claimed in time bucket
                               ``b``; ``dedup:{app:s3}:idx:<b>:<a>``: its sub-bucket ``a``,
-                              a small hash of 16-byte ID digests (``idstore.lua``; all
+                              a string of 16-byte ID digests (``idstore.lua``; all
                               expire together)
 ``dedup:{app}:meta``          hash: the layout settings recorded on first use
                               (:data:`LAYOUT_SETTINGS`) and ``replicas``, the
@@ -24,8 +24,8 @@ call stays within one Redis Cluster slot:
 ``dedup:{app}:queries``       hash: query id -> the last batch Spark committed
 
 The catalog stores an ID as its 16-byte BLAKE2b digest (:func:`id_digests`, format
-:data:`CATALOG_FORMAT`): about 22 bytes of Redis memory per ID instead of a set
-member's 90 or more. Two IDs with one digest would count as one: at 10**10 IDs the
+:data:`CATALOG_FORMAT`) in strings of concatenated digests: about 25 bytes of Redis
+memory per ID instead of a set member's 90 or more. Two IDs with one digest would count as one: at 10**10 IDs the
 chance that any two collide is below 10**-18.
 
 Clients are created lazily, one per worker process and URL, and the scripts
@@ -123,8 +123,8 @@ def lookup_buckets(config: DedupConfig, now: float) -> list[int]:
 
 CATALOG_FORMAT = "2"
 """How the catalog stores IDs; recorded in every shard state (``f``) and the app's meta.
-``1`` (releases up to 0.x): a SET of the ID strings per time bucket; ``2``: 16-byte
-digests in small hashes (``idstore.lua``). A catalog of another format is refused."""
+``1`` (earlier releases): a SET of the ID strings per time bucket; ``2``: 16-byte
+digests in strings indexed by linear hashing (``idstore.lua``). A catalog of another format is refused."""
 DIGEST_BYTES = 16
 _ID_STORE_SCRIPTS = ("claim", "snapshot", "contains")
 

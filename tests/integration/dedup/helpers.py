@@ -96,5 +96,8 @@ def catalog_holds(client: Any, app_id: str, shard: int, record_id: str) -> bool:
     from dedup.catalog import id_digests
 
     digest = id_digests([record_id])[0]
-    return any(client.hexists(key, digest) for key in client.scan_iter(
-        match=f"dedup:{{{app_id}:s{shard}}}:idx:*:*"))
+    for key in client.scan_iter(match=f"dedup:{{{app_id}:s{shard}}}:idx:*:*"):
+        blob = client.get(key) or b""
+        if any(blob[i:i + 16] == digest for i in range(0, len(blob), 16)):
+            return True
+    return False
