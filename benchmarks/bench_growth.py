@@ -9,7 +9,7 @@ batch as the operator's listener does after Spark's commit, and every
 ``sample`` IDs the script records claim records/s over the interval, batch
 latency percentiles, Redis round trips per shard and batch, and
 ``used_memory`` (INFO). At the end, ``MEMORY USAGE`` splits the memory
-between the ID sets, the catch-up journal and the rest. Writes
+between the ID index, the catch-up journal, the decisions and the rest. Writes
 ``results/growth.json``.
 """
 

@@ -300,8 +300,8 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         growth = data["growth"]
         lines += ["", "## Catalog growth" + _ran(growth), "",
                   f"Level: {growth['level']}. Memory at the end: "
-                  f"{json.dumps(growth['memory_breakdown_bytes'])} (ID sets "
-                  f"{growth['id_set_bytes_per_id']} B/ID, catch-up journal "
+                  f"{json.dumps(growth['memory_breakdown_bytes'])} (ID index "
+                  f"{growth['id_index_bytes_per_id']} B/ID, catch-up journal "
                   f"{growth['journal_bytes_per_id']} B/ID).", "",
                   "| catalog IDs | records/s | p50 / p99 batch ms | round trips/shard-batch | "
                   "used_memory MiB | bytes/ID |", "|---|---|---|---|---|---|"]
