@@ -25,8 +25,8 @@ call stays within one Redis Cluster slot:
 
 The catalog stores an ID as its 16-byte BLAKE2b digest (:func:`id_digests`, format
 :data:`CATALOG_FORMAT`) in strings of concatenated digests: about 25 bytes of Redis
-memory per ID instead of a set member's 90 or more. Two IDs with one digest would count as one: at 10**10 IDs the
-chance that any two collide is below 10**-18.
+memory per ID instead of a set member's 90 or more. Two IDs with one digest would
+count as one: at 10**10 IDs the chance that any two collide is below 10**-18.
 
 Clients are created lazily, one per worker process and URL, and the scripts
 are registered once per client (redis-py reloads them on NOSCRIPT).
@@ -124,7 +124,8 @@ def lookup_buckets(config: DedupConfig, now: float) -> list[int]:
 CATALOG_FORMAT = "2"
 """How the catalog stores IDs; recorded in every shard state (``f``) and the app's meta.
 ``1`` (earlier releases): a SET of the ID strings per time bucket; ``2``: 16-byte
-digests in strings indexed by linear hashing (``idstore.lua``). A catalog of another format is refused."""
+digests in strings indexed by linear hashing (``idstore.lua``). A catalog of another
+format is refused."""
 DIGEST_BYTES = 16
 _ID_STORE_SCRIPTS = ("claim", "snapshot", "contains")
 

@@ -260,7 +260,7 @@ class RetentionConfig:
 
     IDs are written to a bucket per ``bucket_seconds`` of claim time; a bucket
     key expires ``horizon_seconds`` after it closes. A duplicate arriving
-    later than the horizon after its original is not caught.
+    later than the horizon after its original is not guaranteed to be caught.
 
     Parameters
     ----------
