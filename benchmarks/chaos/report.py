@@ -29,6 +29,7 @@ def figures(results: list[RunResult], seed: int, metadata: dict[str, Any]) -> di
         runs = [r for r in results if r.spec.kind == kind]
         if not runs:
             continue
+        kind_recoveries = [r.recovery_s for r in runs if r.recovery_s is not None]
         per_kind[kind] = {
             "description": FAULT_KINDS[kind],
             "runs": len(runs),
@@ -52,6 +53,11 @@ def figures(results: list[RunResult], seed: int, metadata: dict[str, Any]) -> di
             "refused": sum(1 for r in runs if r.outcome == "refused"),
             "operational": kind in OPERATIONAL_KINDS,
             "known_failing": KNOWN_FAILING.get(kind, ""),
+            # fault to the next committed output; runs whose fault left nothing to redo
+            # (e.g. a kill after the last commit) or that refused have none
+            "recovered": len(kind_recoveries),
+            "recovery_s_p50": _percentile(kind_recoveries, 0.5),
+            "recovery_s_p99": _percentile(kind_recoveries, 0.99),
         }
     recoveries = [r.recovery_s for r in results if r.recovery_s is not None]
     errors = Counter(r.error for r in results if r.error)
@@ -74,6 +80,8 @@ def figures(results: list[RunResult], seed: int, metadata: dict[str, Any]) -> di
         "recovery_s_mean": round(statistics.fmean(recoveries), 2) if recoveries else None,
         "per_kind": per_kind,
         "errors": dict(errors.most_common(10)),
+        # the commits the runs ran on ("" before runs recorded it), with their counts
+        "commits": dict(Counter(r.commit or "unrecorded" for r in results)),
         "redis_persistence": "AOF appendfsync always (everysec for redis_kill_everysec runs)",
     }
 
@@ -91,8 +99,8 @@ def markdown(data: dict[str, Any]) -> str:
         f"{data.get('redis', '?')} with {data['redis_persistence']}.",
         "",
         "| fault | runs | confirmed hit | lost | duplicated | phantoms | open txns | "
-        "failed runs |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "failed runs | recovery p50 / p99 s (runs) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     crash = {kind: row for kind, row in data["per_kind"].items() if not row.get("operational")}
     operational = {kind: row for kind, row in data["per_kind"].items() if row.get("operational")}
@@ -100,7 +108,7 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(
             f"| {row['description']} | {row['runs']} | {row['confirmed_hit']} | "
             f"{row['losses']} | {row['duplicates']} | {row['phantoms']} | "
-            f"{row['open_transactions']} | {row['failed_runs']} |"
+            f"{row['open_transactions']} | {row['failed_runs']} | {_recovery(row)} |"
         )
     if operational:
         lines += _operational_rows(operational)
@@ -108,25 +116,37 @@ def markdown(data: dict[str, Any]) -> str:
         f"| **total** | **{data['runs']}** | **{data['fault_kinds_hit']}/"
         f"{data['fault_kinds_total']} kinds** | **{data['losses']}** | "
         f"**{data['duplicates']}** | **{data['phantoms']}** | "
-        f"**{data['open_transactions']}** | **{data['failed_runs']}** |",
+        f"**{data['open_transactions']}** | **{data['failed_runs']}** | "
+        f"**{data['recovery_s_p50']} / {data['recovery_s_p99']}** |",
         "",
         f"Recovery time (fault to the next committed output): p50 {data['recovery_s_p50']} s, "
         f"p99 {data['recovery_s_p99']} s.",
     ]
+    commits = data.get("commits") or {}
+    if commits:
+        lines += ["", "Runs per commit of the toolkit: " + ", ".join(
+            f"{commit} {count}" for commit, count in commits.items()) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _recovery(row: dict[str, Any]) -> str:
+    """A kind's recovery cell: p50 / p99 over the runs that measured one, and how many."""
+    if not row.get("recovered"):
+        return "-"
+    return f"{row['recovery_s_p50']} / {row['recovery_s_p99']} ({row['recovered']})"
 
 
 def _operational_rows(operational: dict[str, dict[str, Any]]) -> list[str]:
     """Rows of the operational kinds: the table's columns, then how each run ended."""
     lines = ["| *operational changes (pass: exact, or refused + exact prefix + exact "
-             "restart)* | | | | | | | |"]
+             "restart)* | | | | | | | | |"]
     for row in operational.values():
         mark = " (known failing)" if row.get("known_failing") else ""
         lines.append(
             f"| {row['description']}{mark}: {row.get('exact', 0)} exact, "
             f"{row.get('refused', 0)} refused | {row['runs']} | {row['confirmed_hit']} | "
             f"{row['losses']} | {row['duplicates']} | {row['phantoms']} | "
-            f"{row['open_transactions']} | {row['failed_runs']} |"
+            f"{row['open_transactions']} | {row['failed_runs']} | {_recovery(row)} |"
         )
     return lines
 
