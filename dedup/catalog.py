@@ -127,7 +127,7 @@ CATALOG_FORMAT = "2"
 digests in strings indexed by linear hashing (``idstore.lua``). A catalog of another
 format is refused."""
 DIGEST_BYTES = 16
-_ID_STORE_SCRIPTS = ("claim", "snapshot", "contains")
+_ID_STORE_SCRIPTS = ("claim", "snapshot", "contains", "import")
 
 
 def id_digests(ids: Sequence[str]) -> list[bytes]:
@@ -175,7 +175,7 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
             with redis_errors(redis_config, "connecting"):  # a cluster client connects now
                 client = redis_config.client()
             scripts = {name: client.register_script(_script(f"{name}.lua"))
-                       for name in ("claim", "snapshot", "gc", "lease", "contains")}
+                       for name in ("claim", "snapshot", "gc", "lease", "contains", "import")}
             found = _CLIENTS[key] = (client, scripts)
         return found
 
@@ -353,7 +353,8 @@ class RedisCatalog:
     def _check_status(self, reply: list[Any], shard: int) -> str:
         status = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
         if status == "FORMAT":
-            raise CatalogStateError(format_refusal(self.config.app_id, _text(reply[1])))
+            raise CatalogStateError(format_refusal(self.config.app_id, _text(reply[1]),
+                                                   self.config.num_shards))
         if status == "SHARDS":
             raise ShardCountMismatchError(
                 f"app id {self.config.app_id!r} shard {shard} was created with "
@@ -716,7 +717,7 @@ class RedisCatalog:
             if fields and (found is None or _text(found) != CATALOG_FORMAT):
                 # a meta without a format was written by a release that stored ID sets
                 raise CatalogStateError(format_refusal(
-                    cfg.app_id, "1" if found is None else _text(found)))
+                    cfg.app_id, "1" if found is None else _text(found), cfg.num_shards))
             pipe = client.pipeline(transaction=False)
             for name, value in wanted.items():
                 if value != "":  # an unknown value (e.g. a hand-made ID column) is not pinned
@@ -773,12 +774,14 @@ def _connected_replicas(client: Any) -> int:
         return 0
 
 
-def format_refusal(app_id: str, found: str) -> str:
+def format_refusal(app_id: str, found: str, num_shards: int) -> str:
     """The one-line refusal of a catalog written in another format."""
+    fix = (f"stop the pipeline and run `dedup migrate-catalog --app-id {app_id} --num-shards "
+           f"{num_shards}` once (it converts the catalog in place), or keep running the "
+           "release that wrote it" if found == "1" else "run the release that wrote it")
     return (f"app id {app_id!r}: its catalog in Redis is in format {found} (written by "
             f"another release of this toolkit), this release reads format {CATALOG_FORMAT} "
-            "only and would not see the IDs already claimed: keep running the release that "
-            "wrote it, or start this pipeline with a new app id (and a new checkpoint)")
+            f"only and would not see the IDs already claimed: {fix}")
 
 
 LAYOUT_SETTINGS = ("num_shards", "num_partitions", "placement", "bucket_seconds", "id_strategy")

@@ -3,7 +3,7 @@
 Commands: demo (the whole thing on local services, with a crash), run (a
 pipeline file), verify (audit a topic), services (local Redis and Kafka),
 txn (the sink's Kafka transactions), forget-query (drop an abandoned
-query's decisions).
+query's decisions), migrate-catalog (convert a catalog an earlier release wrote).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["EXIT_CONFIG", "EXIT_RUNTIME", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dedup.cli import demo, forget_query, run, services_cmd, txn, verify_cmd
+    from dedup.cli import demo, forget_query, migrate_catalog, run, services_cmd, txn, verify_cmd
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dedup {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (demo, run, verify_cmd, services_cmd, txn, forget_query):
+    for module in (demo, run, verify_cmd, services_cmd, txn, forget_query, migrate_catalog):
         module.add_parser(sub, common)
     return parser
 

@@ -94,7 +94,7 @@ def test_a_catalog_of_the_older_format_is_refused_not_read(redis_url: str) -> No
     cfg = _config(redis_url)
     client = redis.Redis.from_url(redis_url)
     client.hset(meta_key(cfg.app_id), mapping={"num_shards": "2", "placement": "hash"})
-    with pytest.raises(CatalogStateError, match=r"format 1.*new app id"):
+    with pytest.raises(CatalogStateError, match=r"format 1.*dedup migrate-catalog"):
         RedisCatalog(cfg).check_setup()
     assert client.hget(meta_key(cfg.app_id), "catalog_format") is None, "a refusal wrote"
 

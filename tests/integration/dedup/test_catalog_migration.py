@@ -1,8 +1,8 @@
 """`dedup migrate-catalog` against a real Redis: a catalog an earlier release wrote
 (format 1: sets of ID strings) is converted in place, its IDs still caught afterwards.
 
-The format-1 keys are written here as that release wrote them (its key layout is
-documented in the format's refusal and in docs/design.md's history).
+The format-1 keys are written here as that release wrote them (docs/design.md
+describes that layout).
 """
 
 from __future__ import annotations
