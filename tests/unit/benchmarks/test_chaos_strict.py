@@ -148,3 +148,21 @@ def test_older_progress_lines_are_read_with_defaults() -> None:
     assert result.outcome == ""
     again = RunResult.from_dict(json.loads(json.dumps(result.as_dict())))
     assert again == result
+
+
+def test_a_query_error_is_recorded_by_the_toolkit_error_it_wraps() -> None:
+    """Spark wraps a sink task's failure as "Writing job failed" (the toolkit's error
+    is further down the chain): the recorded line must name the toolkit's error, or
+    the run's check calls an expected failure unexpected (chaos_full runs 128, 152)."""
+    from benchmarks.chaos.runner import _first_line
+    from sinks.exceptions import CheckpointUnavailableError
+
+    outer = RuntimeError("[STREAM_FAILED] Query [id = q, runId = r] terminated with "
+                         "exception: Writing job failed. SQLSTATE: XXKST")
+    outer.__cause__ = CheckpointUnavailableError(
+        "Redis at redis://127.0.0.1:1/0 is unreachable during a checkpoint write")
+    line = _first_line(outer)
+    assert line.startswith("CheckpointUnavailableError: Redis at redis://127.0.0.1:1/0"), line
+    assert classify_error("redis_unreachable", line) == "redis unavailable"
+    plain = RuntimeError("java.lang.IllegalStateException: a real bug")
+    assert _first_line(plain) == "RuntimeError: java.lang.IllegalStateException: a real bug"
