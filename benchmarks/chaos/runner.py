@@ -762,7 +762,22 @@ def _confirm_extra(run: Run) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    """The most telling line of an error (for a Py4J error: the Java cause)."""
+    """The most telling line of an error: the toolkit's error anywhere in its chain (a
+    sink task's failure reaches the driver as Spark's "Writing job failed", ours further
+    down), else for a Py4J error the Java cause, else its first line."""
+    from dedup.cli.errors import exception_texts, find_toolkit_error
+    from dedup.exceptions import DedupError
+
+    chained: BaseException | None = exc
+    for _ in range(20):  # a toolkit error raised in this process, wrapped
+        if chained is None:
+            break
+        if isinstance(chained, DedupError):
+            return f"{type(chained).__name__}: {chained}".splitlines()[0][:300]
+        chained = chained.__cause__ or chained.__context__
+    found = find_toolkit_error(exception_texts(exc))  # named in a worker's traceback
+    if found is not None:
+        return found.line[:300]
     text = f"{type(exc).__name__}: {exc}"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     causes = [line for line in lines if not line.startswith("at ")

@@ -164,5 +164,13 @@ def test_a_query_error_is_recorded_by_the_toolkit_error_it_wraps() -> None:
     line = _first_line(outer)
     assert line.startswith("CheckpointUnavailableError: Redis at redis://127.0.0.1:1/0"), line
     assert classify_error("redis_unreachable", line) == "redis unavailable"
+    # as a Python worker's traceback carried in the text of Spark's error
+    carried = RuntimeError(
+        "Writing job failed.\nCaused by: org.apache.spark.api.python.PythonException: "
+        "Traceback (most recent call last):\n  File \"w.py\", line 1, in write\n"
+        "sinks.exceptions.CheckpointUnavailableError: Redis at redis://127.0.0.1:2/0 is "
+        "unreachable during a checkpoint write\n\tat org.apache.spark.X(X.java:1)")
+    line = _first_line(carried)
+    assert line.startswith("CheckpointUnavailableError: Redis at redis://127.0.0.1:2/0"), line
     plain = RuntimeError("java.lang.IllegalStateException: a real bug")
     assert _first_line(plain) == "RuntimeError: java.lang.IllegalStateException: a real bug"
