@@ -134,6 +134,14 @@ def test_redis_unreachable_counts_only_the_frozen_redis_failing_closed_in_time()
     sink = "sinks.exceptions.TransactionFailedError: commit failed"
     assert not _confirm_extra(_run("redis_unreachable", query_errors=[sink],
                                    query_error_times=[140.0], **frozen))
+    # the sink failing closed on the frozen Redis (its checkpoints live there too)
+    checkpoint = (f"CheckpointUnavailableError: the sink's checkpoint Redis at {url} is "
+                  "unreachable while recording the marker retention (TimeoutError: ...)")
+    assert _confirm_extra(_run("redis_unreachable", query_errors=[checkpoint],
+                               query_error_times=[140.0], **frozen))
+    assert not _confirm_extra(_run("redis_unreachable",
+                                   query_errors=[checkpoint.replace("7000", "7001")],
+                                   query_error_times=[140.0], **frozen))
 
 
 def test_older_progress_lines_are_read_with_defaults() -> None:
