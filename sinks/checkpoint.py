@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from dedup.config import redact_url
 from dedup.constants import KEY_PREFIX
 from dedup.redis_nodes import node_clients
 from sinks.config import sink_identity
@@ -182,6 +183,14 @@ class CheckpointStore:
         """
         self._lease(query_id, 0, "release")
 
+    def unreachable(self, what: str, exc: BaseException) -> CheckpointUnavailableError:
+        """The one-line error of a Redis call that failed while trying to ``what``."""
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return CheckpointUnavailableError(
+            f"the sink's checkpoint Redis at {redact_url(self.redis_config.url)} is unreachable "
+            f"while trying to {what} ({detail}); the task fails and Spark retries it. Check "
+            "that Redis runs and option redis.url (password, TLS)")
+
     def _call(self, what: str, fn: Any) -> Any:
         import redis
         from redis.exceptions import RedisClusterException
@@ -189,10 +198,7 @@ class CheckpointStore:
         try:
             return fn()
         except (redis.RedisError, RedisClusterException) as exc:
-            raise CheckpointUnavailableError(
-                f"could not {what}: {type(exc).__name__}: {exc}; the task fails and Spark "
-                "retries it"
-            ) from exc
+            raise self.unreachable(what, exc) from exc
 
     def record_intent(self, query_id: str, batch: int, partition: int) -> None:
         """Note that ``batch`` is about to be committed to Kafka (with the time, ms)."""
@@ -265,9 +271,7 @@ class CheckpointStore:
                 "redis.require.persistence=false"
             ) from exc
         except (redis.RedisError, RedisClusterException) as exc:
-            raise CheckpointUnavailableError(
-                f"checkpoint Redis unreachable: {type(exc).__name__}; check option redis.url"
-            ) from exc
+            raise self.unreachable("check its persistence settings", exc) from exc
         off = sorted(name or "" for name, value in found.items() if value != "yes")
         if off:
             where = f" (node {', '.join(off)})" if off != [""] else ""
@@ -296,10 +300,8 @@ class CheckpointStore:
                 return data, True
             stored = self.client.get(key)
         except (redis.RedisError, RedisClusterException) as exc:
-            raise CheckpointUnavailableError(
-                f"could not write the sink checkpoint of batch {batch} partition {partition}: "
-                f"{type(exc).__name__}: {exc}; the task fails and Spark retries it"
-            ) from exc
+            raise self.unreachable(
+                f"write the sink checkpoint of batch {batch} partition {partition}", exc) from exc
         if stored is None:
             raise CheckpointStateError(
                 f"the sink checkpoint of batch {batch} partition {partition} vanished between "
@@ -333,9 +335,7 @@ class CheckpointStore:
                 self.client.zrem(self.index_key, member)
             return removed
         except (redis.RedisError, RedisClusterException) as exc:
-            raise CheckpointUnavailableError(
-                f"sink checkpoint GC failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self.unreachable("collect the checkpoints of committed batches", exc) from exc
 
     def drop_query(self, query_id: str) -> int:
         """Delete every checkpoint of ``query_id`` (after the query is gone for good)."""

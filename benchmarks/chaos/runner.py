@@ -748,13 +748,15 @@ def _confirm_extra(run: Run) -> bool:
         ev["aborted_copies"] = aborted
         return all(n > 0 for n in aborted.values())
     if run.spec.kind == "redis_unreachable":
-        # fail closed: the query died of the toolkit's catalog-unavailable error for
-        # the frozen Redis, raised while it was frozen (or within a client timeout)
+        # fail closed: the query died of the toolkit's catalog- or checkpoint-unavailable
+        # error for the frozen Redis (the sink keeps its checkpoints there too), raised
+        # while it was frozen (or within a client timeout)
         url, start = ev.get("frozen_url", ""), float(ev.get("frozen_from", 0.0))
         end = float(ev.get("frozen_until", start)) + REDIS_PY_TRIES * FROZEN_CLIENT_TIMEOUT_S
         closed = [error for error, at in zip(ev.get("query_errors", []),
                                              ev.get("query_error_times", []), strict=False)
-                  if "CatalogUnavailableError" in error and f"Redis at {url}" in error
+                  if ("CatalogUnavailableError" in error or "CheckpointUnavailableError" in error)
+                  and f"Redis at {url}" in error
                   and start <= at <= end]
         ev["failed_closed"] = bool(closed)
         return bool(closed) and bool(ev.get("in_hold"))
