@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dedup.config import DedupConfig, RedisConfig, validate_app_id
+from dedup.cli.catalog_args import add_catalog_arguments, catalog_config
 
 
 def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -22,26 +22,17 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="drop the decisions of a query whose checkpoint is gone",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--app-id", required=True, help="the pipeline's app id")
+    add_catalog_arguments(parser)
     parser.add_argument("--query-id", required=True,
                         help="the streaming query id named by the refusal")
-    parser.add_argument("--num-shards", type=int, required=True,
-                        help="the app id's num_shards (dedup.num_shards)")
-    parser.add_argument("--redis-url", help="the catalog's Redis (default: the local services "
-                        "of 'dedup services up')")
     parser.set_defaults(handler=forget_query_command)
 
 
 def forget_query_command(args: argparse.Namespace) -> int:
     from dedup.catalog import RedisCatalog
-    from dedup.cli.checks import check_redis
-    from dedup.cli.pipeline import resolve_redis_url
 
-    app_id = validate_app_id(args.app_id)
-    url = resolve_redis_url(args.redis_url)
-    check_redis(url, what="--redis-url")
-    catalog = RedisCatalog(DedupConfig(app_id, RedisConfig(url, require_persistence=False),
-                                       num_shards=args.num_shards))
-    removed = catalog.forget_query(args.query_id)
-    print(f"forgot query {args.query_id} of app id {app_id}: {removed} decision(s) dropped")
+    config = catalog_config(args)
+    removed = RedisCatalog(config).forget_query(args.query_id)
+    print(f"forgot query {args.query_id} of app id {config.app_id}: {removed} decision(s) "
+          "dropped")
     return 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dedup.config import DedupConfig, RedisConfig, validate_app_id
+from dedup.cli.catalog_args import add_catalog_arguments, catalog_config
 
 
 def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -21,24 +21,15 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="convert an app id's catalog to this release's format (pipeline stopped)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--app-id", required=True, help="the pipeline's app id")
-    parser.add_argument("--num-shards", type=int, required=True,
-                        help="the app id's num_shards (dedup.num_shards)")
-    parser.add_argument("--redis-url", help="the catalog's Redis (default: the local services "
-                        "of 'dedup services up')")
+    add_catalog_arguments(parser)
     parser.set_defaults(handler=migrate_catalog_command)
 
 
 def migrate_catalog_command(args: argparse.Namespace) -> int:
-    from dedup.cli.checks import check_redis
-    from dedup.cli.pipeline import resolve_redis_url
     from dedup.migrate import migrate_catalog
 
-    app_id = validate_app_id(args.app_id)
-    url = resolve_redis_url(args.redis_url)
-    check_redis(url, what="--redis-url")
-    config = DedupConfig(app_id, RedisConfig(url, require_persistence=False),
-                         num_shards=args.num_shards)
+    config = catalog_config(args)
+    app_id = config.app_id
     report = migrate_catalog(config, say=None if args.quiet else print)
     if report.already:
         print(f"app id {app_id}: the catalog is already in this release's format; nothing done")
