@@ -318,10 +318,15 @@ class Snapshot:
 def candidates_digest(negatives: list[bytes], positives: list[bytes]) -> str:
     """Order-free digest of a claim's candidate ID digests (rows of a retry arrive in
     any order): their count and the sums, modulo 2**64, of each half."""
-    count = len(negatives) + len(positives)
+    return _blobs_digest(b"".join(negatives), b"".join(positives))
+
+
+def _blobs_digest(*blobs: bytes) -> str:
+    """:func:`candidates_digest` of digests already concatenated (a claim's arguments)."""
+    words = np.frombuffer(b"".join(blobs), dtype="<u8")
+    count = len(words) // 2
     if not count:
         return "0:0"
-    words = np.frombuffer(b"".join(negatives) + b"".join(positives), dtype="<u8")
     low, high = words.reshape(count, 2).sum(axis=0, dtype=np.uint64)  # wraps: order-free
     return f"{count}:{int(low):x}:{int(high):x}"
 
@@ -532,12 +537,14 @@ class RedisCatalog:
         keys = [state_key(app, shard), decisions_key(app, shard), journal_key(app, shard)]
         keys += [index_key(app, shard, b) for b in buckets]
         expire_at = (buckets[0] + 1) * cfg.retention.bucket_seconds + cfg.retention.horizon_seconds
-        digest = candidates_digest(negatives, positives)
+        # joined once: the script's arguments and the candidates' digest
+        negative_blob, positive_blob = b"".join(negatives), b"".join(positives)
+        digest = _blobs_digest(negative_blob, positive_blob)
         args: list[Any] = [
             decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
             self._fence(lease_owner, decision), cfg.journal_versions, uuid.uuid4().hex,
-            b"".join(negatives), b"".join(positives), tag[2] if tag else "", digest,
+            negative_blob, positive_blob, tag[2] if tag else "", digest,
         ]
         what = f"the claim of shard {shard} ({decision})"
         required = self.required_replicas()

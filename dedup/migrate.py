@@ -17,11 +17,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from dedup.catalog import (
     CATALOG_FORMAT,
     RedisCatalog,
+    _text,
     client_and_scripts,
     decisions_key,
     id_digests,
@@ -53,10 +55,6 @@ class MigrationReport:
     ids: int = 0
     buckets: int = 0
     decisions: int = 0
-
-
-def _text(value: bytes | str | None) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def migrate_catalog(config: DedupConfig, chunk: int = 10_000,
@@ -108,7 +106,7 @@ def migrate_catalog(config: DedupConfig, chunk: int = 10_000,
             with redis_errors(cfg.redis, "listing the old ID sets"):
                 old_keys = sorted(client.scan_iter(match=pattern, count=1000))
             for key in old_keys:
-                bucket = int((_text(key) or "").rsplit(":", 1)[1])
+                bucket = int(_text(key).rsplit(":", 1)[1])
                 ids += _import_set(cfg, client, scripts, key, index_key(app, shard, bucket),
                                    bucket, chunk)
                 buckets += 1
@@ -130,7 +128,7 @@ def _refuse_batch_job_claims(catalog: RedisCatalog) -> None:
     with redis_errors(catalog.config.redis, "reading the decisions"):
         for shard in range(catalog.config.num_shards):
             for item in client.hkeys(decisions_key(app, shard)):
-                qid, _, batch = (_text(item) or "").rpartition(":")
+                qid, _, batch = _text(item).rpartition(":")
                 if not batch.isdigit():
                     raise AppIdInUseError(
                         f"app id {app!r}: the batch job {qid!r} ({batch}) has recorded claims "
@@ -149,17 +147,11 @@ def _import_set(cfg: DedupConfig, client: Any, scripts: Mapping[str, Any], key: 
         if expire_at < 0:  # every old set had one; the old rule if not
             expire_at = ((bucket + 1) * cfg.retention.bucket_seconds
                          + cfg.retention.horizon_seconds)
+        members = (_text(member) for member in client.sscan_iter(key, count=chunk))
         added = 0
-        for_chunk: list[str] = []
-        for member in client.sscan_iter(key, count=chunk):
-            for_chunk.append(_text(member) or "")
-            if len(for_chunk) >= chunk:
-                added += int(scripts["import"](
-                    keys=[index], args=[expire_at, b"".join(id_digests(for_chunk))]))
-                for_chunk = []
-        if for_chunk:
-            added += int(scripts["import"](
-                keys=[index], args=[expire_at, b"".join(id_digests(for_chunk))]))
+        while part := list(islice(members, chunk)):  # streamed: a set may hold millions
+            added += int(scripts["import"](keys=[index],
+                                           args=[expire_at, b"".join(id_digests(part))]))
         client.delete(key)
     return added
 
