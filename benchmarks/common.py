@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from dedup.cli.progress import Progress
 from dedup.local.services import KafkaBroker, RedisServer
@@ -208,26 +209,37 @@ def run_to_end(writer: Any) -> tuple[float, Any]:
 def operator_skeleton(df: Any, id_column: str, num_shards: int, partitions: int) -> Any:
     """The dedup operator's Spark shape with none of its work: the floor of its design.
 
-    The same shuffle (shard placement), the same narrow pandas UDF over (ID,
-    shard, ID problem code) reading the whole partition, the same result
-    struct, observe-free filter; nothing is decided (every row kept).
+    The same shuffle (shard placement), the same narrow UDF (Arrow, or pandas
+    before PySpark 4.1) over (ID, shard, ID problem code) reading the whole
+    partition, the same result struct, observe-free filter; nothing is decided
+    (every row kept).
     """
     from pyspark.sql import functions as sf
-    from pyspark.sql.functions import pandas_udf
 
     from dedup.metrics import LATE, RESULT_COLUMN, RESULT_FIELDS, STATUS
-    from dedup.partition_step import id_problem_column, result_type
+    from dedup.partition_step import id_problem_column, result_type, scalar_iter_udf
     from dedup.placement import placement_column
     from dedup.worker_imports import keep_static_archive_caches
 
-    def nothing_decided(batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
-        keep_static_archive_caches()  # as the operator does
-        for batch in list(batches):
-            rows = len(batch[0])
-            yield pd.DataFrame({name: np.zeros(rows, dtype=np.int8 if name in (STATUS, LATE)
-                                               else np.int32) for name in RESULT_FIELDS})
+    class NothingDecided:
+        """Reads the whole partition as the operator's step does; keeps every row."""
 
-    decide = pandas_udf(nothing_decided, result_type()).asNondeterministic()  # type: ignore[call-overload]
+        def _zeros(self, rows: int) -> dict[str, np.ndarray]:
+            keep_static_archive_caches()  # as the operator does
+            return {name: np.zeros(rows, dtype=np.int8 if name in (STATUS, LATE) else np.int32)
+                    for name in RESULT_FIELDS}
+
+        def __call__(self, batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
+            for batch in list(batches):
+                yield pd.DataFrame(self._zeros(len(batch[0])))
+
+        def arrow(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+            for batch in list(batches):
+                zeros = self._zeros(len(batch[0]))
+                yield pa.StructArray.from_arrays([pa.array(v) for v in zeros.values()],
+                                                 names=list(zeros))
+
+    decide = scalar_iter_udf(NothingDecided(), result_type())
     record_id = sf.col(id_column)
     shard = sf.pmod(sf.xxhash64(record_id), sf.lit(num_shards)).cast("int")
     return (df.repartition(partitions, placement_column(shard, num_shards, partitions))

@@ -3,7 +3,7 @@
 Works on streaming and batch DataFrames. Rows are shuffled by shard
 (``pmod(xxhash64(id), num_shards)``), each shard to partition ``shard mod P``
 (:mod:`dedup.placement`); each partition runs
-:class:`dedup.partition_step.PartitionStep` in a pandas UDF that sees only
+:class:`dedup.partition_step.PartitionStep` in a UDF that sees only
 the IDs (one atomic Redis claim per batch and shard), Spark ``observe``\\ s
 the per-batch metrics, and only kept rows go on.
 """

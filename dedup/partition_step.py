@@ -8,9 +8,9 @@ metrics, :data:`dedup.metrics.RESULT_FIELDS`); the operator then observes
 the metrics and keeps status ``KEPT``.
 
 Only the ID, the shard, an ID problem code and (with retention by event
-time) the event time reach Python: Spark's scalar-iterator pandas UDF keeps
-every other column in the JVM and zips the results back onto the rows, so
-the payload never crosses into Python.
+time) the event time reach Python: Spark's scalar-iterator UDF (Arrow, or
+pandas before PySpark 4.1) keeps every other column in the JVM and zips the
+results back onto the rows, so the payload never crosses into Python.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from dedup.catalog import RedisCatalog
 from dedup.claim import ShardClaimer
@@ -173,7 +174,7 @@ def result_type() -> Any:
 
 @dataclass(frozen=True)
 class PartitionStep:
-    """Picklable body of the operator's pandas UDF (one call per partition).
+    """Picklable body of the operator's UDF (one call per partition).
 
     Input batches carry ``(id, shard, problem code, batch timestamp[, event seconds])``;
     the batch timestamp (epoch seconds, the same on every row, attempt and
@@ -186,6 +187,35 @@ class PartitionStep:
     static_token: str
 
     def __call__(self, batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
+        """The pandas entry point (PySpark without Arrow UDFs, i.e. 4.0)."""
+        result = self._decide([
+            (b[0].to_numpy(dtype=object), b[1].to_numpy(), b[2].to_numpy(), b[3].to_numpy(),
+             *[s.to_numpy(dtype=np.float64, na_value=np.nan) for s in b[4:]])
+            for b in batches if len(b[0])])
+        if result is None:
+            return
+        frame = pd.DataFrame(result, columns=list(RESULT_FIELDS))
+        for start in range(0, len(frame), OUTPUT_CHUNK):
+            yield frame.iloc[start:start + OUTPUT_CHUNK]
+
+    def arrow(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        """The Arrow entry point (PySpark >= 4.1): no pandas on the way in or out,
+        which makes the operator's Python round trip about a quarter cheaper."""
+        result = self._decide([
+            (b[0].to_numpy(zero_copy_only=False), b[1].to_numpy(zero_copy_only=False),
+             b[2].to_numpy(zero_copy_only=False), b[3].to_numpy(zero_copy_only=False),
+             *[a.to_numpy(zero_copy_only=False) for a in b[4:]])  # null event time: NaN
+            for b in batches if len(b[0])])
+        if result is None:
+            return
+        names = list(RESULT_FIELDS)
+        for start in range(0, len(result[STATUS]), OUTPUT_CHUNK):
+            yield pa.StructArray.from_arrays(
+                [pa.array(result[name][start:start + OUTPUT_CHUNK]) for name in names],
+                names=names)
+
+    def _decide(self, parts: list[tuple[np.ndarray, ...]]) -> dict[str, np.ndarray] | None:
+        """Decide the whole partition (``parts``: its input batches as NumPy arrays)."""
         from pyspark import TaskContext
 
         keep_static_archive_caches()  # per-task overhead of the worker, see the module
@@ -197,33 +227,44 @@ class PartitionStep:
         if not query_id or batch_id is None:
             query_id, batch_id = STATIC_QUERY_ID, self.static_token
         # The whole partition first: all rows of a shard must be decided together.
-        columns = list(zip(*[b for b in batches if len(b[0])], strict=True))
-        if not columns:
-            return
-        ids = np.concatenate([s.to_numpy(dtype=object) for s in columns[0]])
-        shards = np.concatenate([s.to_numpy() for s in columns[1]])
-        problems = np.concatenate([s.to_numpy() for s in columns[2]])
-        now = float(columns[3][0].iloc[0])
+        if not parts:
+            return None
+        columns = list(zip(*parts, strict=True))
+        ids = np.concatenate(columns[0])
+        shards = np.concatenate(columns[1])
+        problems = np.concatenate(columns[2])
+        now = float(columns[3][0][0])
         now += clock_offset("dedup.batch_clock", self.config.fail_points.directory,
                             batch=batch_id, partition=partition, now=now)
-        event_seconds = (np.concatenate([s.to_numpy(dtype=np.float64, na_value=np.nan)
-                                         for s in columns[4]]) if len(columns) > 4 else None)
-        result = pd.DataFrame(decide_partition(
+        event_seconds = (np.concatenate(columns[4]).astype(np.float64, copy=False)
+                         if len(columns) > 4 else None)
+        return decide_partition(
             self.config, ids, shards, query_id, str(batch_id), lease_owner, partition,
-            now=now, problems=problems, event_seconds=event_seconds),
-            columns=list(RESULT_FIELDS))
-        for start in range(0, len(result), OUTPUT_CHUNK):
-            yield result.iloc[start:start + OUTPUT_CHUNK]
+            now=now, problems=problems, event_seconds=event_seconds)
 
 
 def partition_udf(step: PartitionStep) -> Any:
-    """The non-deterministic scalar-iterator pandas UDF that runs ``step``.
+    """The non-deterministic scalar-iterator UDF that runs ``step``.
 
-    Non-deterministic, so the optimizer neither duplicates nor reorders it.
+    An Arrow UDF where PySpark has them (4.1 and later), else a pandas UDF;
+    both see the same columns and give the same results. Non-deterministic,
+    so the optimizer neither duplicates nor reorders it.
     """
-    from pyspark.sql.functions import pandas_udf
+    return scalar_iter_udf(step, result_type())
+
+
+def scalar_iter_udf(step: Any, return_type: Any) -> Any:
+    """A non-deterministic scalar-iterator UDF of ``step``: ``step.arrow`` through
+    ``arrow_udf`` where PySpark has it, else ``step`` itself through ``pandas_udf``."""
+    from pyspark.sql import functions as sf
+
+    if hasattr(sf, "arrow_udf"):
+        def decide_arrow(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+            return step.arrow(batches)
+
+        return sf.arrow_udf(decide_arrow, return_type).asNondeterministic()  # type: ignore[call-overload]
 
     def decide(batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
         return step(batches)
 
-    return pandas_udf(decide, result_type()).asNondeterministic()  # type: ignore[call-overload]
+    return sf.pandas_udf(decide, return_type).asNondeterministic()  # type: ignore[call-overload]
