@@ -138,6 +138,25 @@ def id_digests(ids: Sequence[str]) -> list[bytes]:
     return [blake2b(key.encode(), digest_size=DIGEST_BYTES).digest() for key in ids]
 
 
+# bit-reversed bytes: spread_order sorts by the head's low bits first
+_REVERSED_BITS = np.array([int(f"{b:08b}"[::-1], 2) for b in range(256)], dtype=np.uint32)
+
+
+def spread_order(blob: bytes) -> np.ndarray:
+    """Positions of the digests concatenated in ``blob``, sorted by their bit-reversed
+    head (first four bytes, big-endian).
+
+    ``idstore.lua`` picks a digest's sub-bucket by the head's low bits, so in this
+    order each sub-bucket's share of the digests is one run at every index level,
+    which a claim appends whole (``append_sorted``); the claim's new IDs must reach
+    it in this order. Pure; a stable sort.
+    """
+    heads = np.frombuffer(blob, dtype=np.uint8).reshape(-1, DIGEST_BYTES)[:, :4]
+    key = ((_REVERSED_BITS[heads[:, 3]] << 24) | (_REVERSED_BITS[heads[:, 2]] << 16)
+           | (_REVERSED_BITS[heads[:, 1]] << 8) | _REVERSED_BITS[heads[:, 0]])
+    return np.argsort(key, kind="stable")
+
+
 def split_digests(blob: bytes) -> list[bytes]:
     """Digests concatenated in ``blob`` (a catalog reply), one ``bytes`` each."""
     return [blob[i:i + DIGEST_BYTES] for i in range(0, len(blob), DIGEST_BYTES)]
@@ -537,9 +556,13 @@ class RedisCatalog:
         keys = [state_key(app, shard), decisions_key(app, shard), journal_key(app, shard)]
         keys += [index_key(app, shard, b) for b in buckets]
         expire_at = (buckets[0] + 1) * cfg.retention.bucket_seconds + cfg.retention.horizon_seconds
-        # joined once: the script's arguments and the candidates' digest
+        # joined once: the script's arguments and the candidates' digest; the
+        # negatives (new IDs, when the filter is current) go in spread order
         negative_blob, positive_blob = b"".join(negatives), b"".join(positives)
         digest = _blobs_digest(negative_blob, positive_blob)
+        order = spread_order(negative_blob)
+        negative_blob = (np.frombuffer(negative_blob, dtype=np.uint8)
+                         .reshape(-1, DIGEST_BYTES)[order].tobytes())
         args: list[Any] = [
             decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
@@ -594,7 +617,10 @@ class RedisCatalog:
         text = [_text(x) for x in (*reply[1:4], *reply[5:])]
         keep = np.ones(len(negatives) + len(positives), dtype=bool)
         if text[2]:
-            keep[np.array(text[2].split(","), dtype=np.int64)] = False
+            dropped = np.array(text[2].split(","), dtype=np.int64)
+            negative = dropped < len(negatives)  # sent position -> the caller's position
+            dropped[negative] = order[dropped[negative]]
+            keep[dropped] = False
         return ClaimReply(keep=keep, replay=False, epoch=text[0], version=int(text[1]),
                           catch_up=split_digests(_blob(reply[4])), mode=text[3],
                           lookups=int(text[4]), token=text[5])

@@ -18,7 +18,8 @@
 -- ARGV[9] journal versions kept
 -- ARGV[10] a fresh random token: the epoch if the shard is new, and the token
 --          of the version this claim creates
--- ARGV[11] Bloom negatives, ARGV[12] Bloom positives (digests)
+-- ARGV[11] Bloom negatives (digests in spread order: dedup.catalog.spread_order),
+-- ARGV[12] Bloom positives (digests)
 -- ARGV[13] client filter token ("" = none)
 -- ARGV[14] digest of the candidate IDs (order-free), kept in the decision so a
 --          replay for other IDs is told apart from a retry
@@ -97,14 +98,17 @@ elseif ARGV[2] == epoch and cver >= 0 and cver < version and version - cver <= k
   end
 end
 
--- need/at: IDs the catalog must judge and their candidate positions
+-- need/at: IDs the catalog must judge and their candidate positions; kept: the
+-- new IDs one by one, sorted: the new IDs as one blob in spread order
 local kept, dropped, need, at = {}, {}, {}, {}
+local sorted = nil
 local pos = 0
 local negatives, positives = ARGV[11], ARGV[12]
 if mode == 'trust' then
-  -- a current filter's negatives are new: no lookup, no per-ID table work
-  for s = 1, #negatives, DIGEST do kept[#kept + 1] = string.sub(negatives, s, s + DIGEST - 1) end
-  pos = #kept
+  -- a current filter's negatives are new: no lookup, and no work per ID (they
+  -- arrive in spread order and go to the index run by run, see append_sorted)
+  sorted = negatives
+  pos = #negatives / DIGEST
 else
   for s = 1, #negatives, DIGEST do
     local id = string.sub(negatives, s, s + DIGEST - 1)
@@ -139,9 +143,10 @@ for i = 1, #need do
   end
 end
 
-local blob = table.concat(kept)
-if #kept > 0 then
-  index_add(KEYS[4], kept, ARGV[5])
+local blob = (sorted or '') .. table.concat(kept)
+local added = #blob / DIGEST
+if added > 0 then
+  index_add(KEYS[4], kept, ARGV[5], sorted)
   version = version + 1
   tok = ARGV[10]
   redis.call('HSET', jr, tostring(version), blob, 't' .. version, tok)
@@ -149,11 +154,11 @@ if #kept > 0 then
   -- most `keep` of them, and no more digests (jn) than a JOURNAL_SHARE-th of the
   -- shard's live IDs, beyond which rebuilding a filter from the catalog costs
   -- little more than catching it up.
-  local jn = tonumber(st[8] or '0') + #kept
+  local jn = tonumber(st[8] or '0') + added
   local jlo = tonumber(st[9] or '1')
   local live = 0
   for k = 4, #KEYS do live = live + tonumber(redis.call('HGET', KEYS[k], 'n') or '0') end
-  local cap = math.max(#kept, math.floor(live / JOURNAL_SHARE))
+  local cap = math.max(added, math.floor(live / JOURNAL_SHARE))
   while jlo < version and (jlo <= version - keep or jn > cap) do
     jn = jn - redis.call('HSTRLEN', jr, tostring(jlo)) / DIGEST
     redis.call('HDEL', jr, tostring(jlo), 't' .. (jlo - 1))

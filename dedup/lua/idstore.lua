@@ -9,7 +9,8 @@
 -- h mod 2^(L+1) when that is below the split pointer p; there are 2^L + p
 -- sub-buckets, and one more (sub-bucket p split in two) whenever the n digests
 -- exceed FILL per sub-bucket. A claim appends to each sub-bucket it touches
--- once (APPEND: a few hundred commands per claim, not one per ID), a lookup
+-- once (APPEND: a few hundred commands per claim, not one per ID; its new IDs
+-- arrive sorted so that each sub-bucket's share is one run), a lookup
 -- searches one sub-bucket of ~32 KB (an aligned plain find), and memory is the
 -- 16 bytes of a digest plus the strings' spare room (APPEND grows a string by
 -- doubling; a split writes both halves exact).
@@ -78,11 +79,41 @@ local function index_lookup(index, ids, found)
   end
 end
 
--- Add ids (new to the index): first split sub-buckets until the index has room
--- for them (moving only digests already there), then append each to its final
+-- The sub-bucket of the digest at 0-based position i of blob (addr_of, read in place).
+local function addr_at(blob, i, level, split)
+  local b1, b2, b3, b4 = string.byte(blob, i * DIGEST + 1, i * DIGEST + 4)
+  local h = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+  local a = h % (2 ^ level)
+  if a < split then a = h % (2 ^ (level + 1)) end
+  return a
+end
+
+-- Append a blob of digests sorted by their bit-reversed head (the caller's
+-- dedup.catalog.spread_order). A sub-bucket is chosen by the low bits of the head,
+-- which that order puts first, so at every level the digests of one sub-bucket are
+-- one run: each run is found by a binary search and appended whole, with no work
+-- per digest (a claim's new IDs, the bulk of what it writes).
+local function append_sorted(index, blob, level, split)
+  local count = #blob / DIGEST
+  local i = 0
+  while i < count do
+    local a = addr_at(blob, i, level, split)
+    local lo, hi = i, count - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi + 1) / 2)
+      if addr_at(blob, mid, level, split) == a then lo = mid else hi = mid - 1 end
+    end
+    redis.call('APPEND', index .. ':' .. a, string.sub(blob, i * DIGEST + 1, (lo + 1) * DIGEST))
+    i = lo + 1
+  end
+end
+
+-- Add digests new to the index: ids (a table, any order) and sorted (nil, or a blob
+-- in spread order, see append_sorted). First split sub-buckets until the index has
+-- room for them (moving only digests already there), then append each to its final
 -- sub-bucket. Keys created here expire at expire_at (a time already past deletes
 -- the bucket: it is gone).
-local function index_add(index, ids, expire_at)
+local function index_add(index, ids, expire_at, sorted)
   local level, split, n = index_shape(index)
   local created = {}
   if not level then
@@ -91,7 +122,7 @@ local function index_add(index, ids, expire_at)
     created[2] = index .. ':0'
     redis.call('SET', created[2], '')
   end
-  n = n + #ids
+  n = n + #ids + (sorted and #sorted / DIGEST or 0)
   local buckets = 2 ^ level + split
   while n > FILL * buckets do
     local from = index .. ':' .. split
@@ -112,6 +143,7 @@ local function index_add(index, ids, expire_at)
     end
     buckets = buckets + 1
   end
+  if sorted then append_sorted(index, sorted, level, split) end
   for a, g in pairs(group_by_addr(ids, level, split, nil)) do
     redis.call('APPEND', index .. ':' .. a, table.concat(g))
   end

@@ -76,6 +76,45 @@ def test_the_index_grows_compact_and_finds_every_id_again(redis_url: str, bloom:
     assert sorted(stored) == sorted(snapshot.ids), "a digest stored twice or lost in a split"
 
 
+def _addr(digest: bytes, level: int, split: int) -> int:
+    head = int.from_bytes(digest[:4], "big")  # idstore.lua's addr_of
+    a = head % 2 ** level
+    return head % 2 ** (level + 1) if a < split else a
+
+
+def test_new_ids_of_a_trusted_filter_land_in_their_own_sub_bucket(redis_url: str) -> None:
+    """A claim whose filter is current sends its new IDs in spread order and the script
+    appends them run by run (no per-ID work): every digest must still sit in the
+    sub-bucket a lookup searches, through splits that move the split pointer mid-level."""
+    cfg = _config(redis_url, bloom=BloomConfig(enabled=True, capacity=200_000))
+    client = redis.Redis.from_url(redis_url)
+    claimer = ShardClaimer(cfg, filters=FilterCache())
+    claimed: list[str] = []
+    sizes = [10, 9_000, 1, 14_321, 2_047, 2_049, 7_777]
+    for batch, size in enumerate(sizes):
+        ids = [f"t{batch}-{i}" for i in range(size)]
+        outcome = claimer.claim("q", batch, 0, ids, now=NOW)
+        assert outcome.keep.all()
+        if batch:
+            assert outcome.mode == "trust", "the fast path was not taken"
+        claimed += ids
+    index = index_key(cfg.app_id, 0, lookup_buckets(cfg, NOW)[0])
+    level, split, n = (int(v) for v in client.hmget(index, "L", "p", "n"))
+    assert n == len(claimed) and level >= 3 and split > 0, (level, split, n)
+    for key in _sub_buckets(client, cfg.app_id, 0):
+        a = int(key.rsplit(b":", 1)[1])
+        blob = client.get(key)
+        wrong = [blob[i:i + 16] for i in range(0, len(blob), 16)
+                 if _addr(blob[i:i + 16], level, split) != a]
+        assert not wrong, f"{len(wrong)} digests in sub-bucket {a} belong elsewhere"
+    # a worker without a filter judges every ID by lookups: all found, new ones new
+    fresh = ShardClaimer(cfg, filters=FilterCache())
+    probe = claimed[::5] + [f"new-{i}" for i in range(100)]
+    outcome = fresh.claim("q", 100, 0, probe, now=NOW)
+    kept = {key for key, k in zip(probe, outcome.keep.tolist(), strict=True) if k}
+    assert kept == {f"new-{i}" for i in range(100)}
+
+
 def test_a_claim_into_a_bucket_already_expired_leaves_nothing_behind(redis_url: str) -> None:
     """A batch whose time lies beyond the horizon (a retry long after, a clock far
     behind) writes into a bucket Redis already expired: no key may outlive it."""
