@@ -167,7 +167,7 @@ def result_type() -> Any:
     """Spark type of the per-row result struct (field order of RESULT_FIELDS)."""
     from pyspark.sql.types import ByteType, IntegerType, StructField, StructType
 
-    # nullable: Spark reads a pandas UDF's struct result as nullable fields
+    # nullable: Spark reads a UDF's struct result as nullable fields
     return StructType([StructField(name, ByteType() if name in (STATUS, LATE)
                                    else IntegerType()) for name in RESULT_FIELDS])
 
