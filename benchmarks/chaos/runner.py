@@ -621,10 +621,25 @@ def run_subprocess(run: Run) -> int:
                                           start_new_session=True)
         code = driver.wait(420)
         if code != 0:
-            raise RuntimeError(f"dedup run exited with {code}; see {run.dir / 'driver.log'}")
+            log.flush()
+            said = child_error(run.dir / "driver.log")
+            raise RuntimeError(f"dedup run exited with {code}{': ' + said if said else ''}; "
+                               f"see {run.dir / 'driver.log'}")
         return restarts
     finally:
         log.close()
+
+
+def child_error(log: Path) -> str:
+    """The last one-line error a child ``dedup run`` printed to ``log`` (``dedup:
+    error: ...``), or "" when it printed none (killed, or died in the JVM)."""
+    prefix = "dedup: error: "
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [line[len(prefix):].strip() for line in lines if line.startswith(prefix)]
+    return said[-1][:300] if said else ""
 
 
 def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:

@@ -4,6 +4,7 @@ died of an error its kind does not expect fails the run."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -182,3 +183,18 @@ def test_a_query_error_is_recorded_by_the_toolkit_error_it_wraps() -> None:
     assert line.startswith("CheckpointUnavailableError: Redis at redis://127.0.0.1:2/0"), line
     plain = RuntimeError("java.lang.IllegalStateException: a real bug")
     assert _first_line(plain) == "RuntimeError: java.lang.IllegalStateException: a real bug"
+
+
+def test_a_failed_child_run_is_recorded_with_the_error_it_printed(tmp_path: Path) -> None:
+    """A child ``dedup run`` (driver and executor kinds) that fails records the one-line
+    error it printed, not only its exit code, so the check can tell why."""
+    from benchmarks.chaos.runner import child_error
+
+    log = tmp_path / "driver.log"
+    log.write_text("26/11/25 WARN spark noise\ndedup: error: first attempt\n"
+                   "more noise\ndedup: error: Redis at redis://127.0.0.1:9/0 is unreachable"
+                   " (claim): start it\n")
+    assert child_error(log) == "Redis at redis://127.0.0.1:9/0 is unreachable (claim): start it"
+    log.write_text("killed before it could say anything\n")
+    assert child_error(log) == ""
+    assert child_error(tmp_path / "missing.log") == ""
