@@ -185,3 +185,22 @@ def test_the_journal_stays_a_fraction_of_the_shard_and_still_catches_filters_up(
     caught = behind.claim("q", 52, 0, ["d2", "d3"], now=NOW)
     assert caught.mode == "journal"
     assert caught.keep.tolist() == [False, True]
+
+
+def test_a_filter_a_few_versions_behind_catches_up_even_after_large_claims(
+        redis_url: str) -> None:
+    """Spark runs a shard's claims on whichever Python worker is free, so a worker's
+    filter is often two or three versions behind. The journal keeps the last four
+    versions whatever their size (an eighth of the shard's IDs is the cap beyond
+    them): catching up those costs what they claimed, a rebuild the whole shard."""
+    cfg = _config(redis_url, journal_versions=64)
+    ahead, behind = ShardClaimer(cfg, filters=FilterCache()), ShardClaimer(cfg,
+                                                                         filters=FilterCache())
+    ahead.claim("q", 0, 0, [f"a{i}" for i in range(4_000)], now=NOW)
+    behind.claim("q", 1, 0, ["b0"], now=NOW)  # current from here
+    for batch in range(2, 5):  # three claims, together far above an eighth of the shard
+        ahead.claim("q", batch, 0, [f"c{batch}-{i}" for i in range(3_000)], now=NOW)
+    caught = behind.claim("q", 5, 0, ["c2-7", "new"], now=NOW)
+    assert caught.mode == "journal", "rebuilt from the whole shard instead of catching up"
+    assert caught.round_trips == 1
+    assert caught.keep.tolist() == [False, True]
