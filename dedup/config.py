@@ -342,9 +342,10 @@ class DedupConfig:
         to a newer one is fenced: it can claim nothing more.
     journal_versions:
         Versions of newly claimed IDs kept per shard so a Bloom filter that is
-        a few claims behind can catch up instead of being bypassed; fewer when
-        they would hold more than an eighth of the shard's live IDs (a filter
-        further behind is rebuilt from the catalog, which then costs little more).
+        a few claims behind can catch up instead of being bypassed. The last
+        four are always kept; older ones only while they hold no more than an
+        eighth of the shard's live IDs (a filter further behind is rebuilt
+        from the catalog, which then costs at most eight times a catch-up).
     invalid_ids:
         :class:`InvalidIdPolicy` (``"fail"`` or ``"dead_letter"``) for records
         whose ID is null or malformed.

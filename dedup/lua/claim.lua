@@ -71,6 +71,7 @@ end
 
 local keep = tonumber(ARGV[9])
 local JOURNAL_SHARE = 8
+local JOURNAL_RECENT = 4
 local cver = tonumber(ARGV[3])
 local mode = 'full'
 local catch = {}
@@ -151,15 +152,19 @@ if added > 0 then
   tok = ARGV[10]
   redis.call('HSET', jr, tostring(version), blob, 't' .. version, tok)
   -- The journal keeps versions jlo..version (and the tokens of jlo-1..version): at
-  -- most `keep` of them, and no more digests (jn) than a JOURNAL_SHARE-th of the
-  -- shard's live IDs, beyond which rebuilding a filter from the catalog costs
-  -- little more than catching it up.
+  -- most `keep` of them. The last JOURNAL_RECENT versions stay whatever their size
+  -- (Spark runs a shard's claims on whichever Python worker is free, so filters a
+  -- few versions behind are the common case, and catching one up costs what those
+  -- versions claimed where a rebuild costs the whole shard); older ones only while
+  -- the journal holds no more digests (jn) than a JOURNAL_SHARE-th of the shard's
+  -- live IDs, beyond which a rebuild costs at most that many times a catch-up.
   local jn = tonumber(st[8] or '0') + added
   local jlo = tonumber(st[9] or '1')
   local live = 0
   for k = 4, #KEYS do live = live + tonumber(redis.call('HGET', KEYS[k], 'n') or '0') end
-  local cap = math.max(added, math.floor(live / JOURNAL_SHARE))
-  while jlo < version and (jlo <= version - keep or jn > cap) do
+  local cap = math.floor(live / JOURNAL_SHARE)
+  while jlo < version and (jlo <= version - keep
+                           or (jn > cap and jlo <= version - JOURNAL_RECENT)) do
     jn = jn - redis.call('HSTRLEN', jr, tostring(jlo)) / DIGEST
     redis.call('HDEL', jr, tostring(jlo), 't' .. (jlo - 1))
     jlo = jlo + 1

@@ -159,16 +159,19 @@ def test_a_new_app_id_records_the_format(redis_url: str) -> None:
 
 def test_the_journal_stays_a_fraction_of_the_shard_and_still_catches_filters_up(
         redis_url: str) -> None:
-    """The catch-up journal holds at most an eighth of the shard's live IDs (and at most
-    ``journal_versions`` versions); a filter a version behind still catches up from it."""
+    """The catch-up journal holds at most an eighth of the shard's live IDs or its last
+    four versions, whichever is more (and at most ``journal_versions`` versions); a
+    filter a version behind still catches up from it."""
     cfg = _config(redis_url, journal_versions=64)
     client = redis.Redis.from_url(redis_url)
     ahead, behind = ShardClaimer(cfg, filters=FilterCache()), ShardClaimer(cfg,
                                                                          filters=FilterCache())
     ahead.claim("q", 0, 0, [f"a{i}" for i in range(8_000)], now=NOW)
     behind.claim("q", 1, 0, ["b0"], now=NOW)  # builds its filter: current
+    sizes = [8_000, 1]  # claimed per version
     for batch in range(2, 40):
         ahead.claim("q", batch, 0, [f"c{batch}-{i}" for i in range(100)], now=NOW)
+        sizes.append(100)
         state = {k.decode(): v.decode() for k, v in client.hgetall(state_key(cfg.app_id, 0))
                  .items()}
         versions = int(state["version"])
@@ -177,7 +180,9 @@ def test_the_journal_stays_a_fraction_of_the_shard_and_still_catches_filters_up(
         assert kept == list(range(int(state["jlo"]), versions + 1)), "journal not contiguous"
         digests = sum(client.hstrlen(f"dedup:{{{cfg.app_id}:s0}}:jr", str(v)) for v in kept)
         assert digests // 16 == int(state["jn"])
-        assert int(state["jn"]) <= max(100, (8_000 + 1 + 100 * (batch - 1)) // 8)
+        assert int(state["jn"]) <= max(sum(sizes[-4:]), sum(sizes) // 8)
+        if versions > 4:
+            assert int(state["jn"]) < 8_000, "the first, large version outlived the cap"
     # behind catches up (its filter is many versions behind: a rebuild or the journal),
     # then ahead claims once: behind's filter is one version behind and catches up
     behind.claim("q", 50, 0, ["d1"], now=NOW)
