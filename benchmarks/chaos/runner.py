@@ -830,11 +830,11 @@ def finished_runs(progress: Path, specs: list[RunSpec]) -> list[RunResult]:
     return finished
 
 
-def _commit() -> str:
+def _commit(root: Path | None = None) -> str:
     """The checkout's commit (with ``+dirty`` for uncommitted changes), "" outside git."""
     import subprocess
 
-    root = Path(__file__).resolve().parents[2]
+    root = root or Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root,
                               capture_output=True, text=True, check=True).stdout.strip()

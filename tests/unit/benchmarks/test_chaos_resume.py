@@ -47,3 +47,29 @@ def test_an_interrupted_matrix_says_so_in_its_table() -> None:
     assert "interrupted: 2 of 4 scheduled runs done" in markdown(data)
     data = figures([_result(i) for i in range(4)], 7, metadata)
     assert "interrupted" not in markdown(data)
+
+
+def test_a_run_names_its_commit_clean_when_only_results_changed(tmp_path: Path) -> None:
+    """The matrix writes its own progress file while it runs (``benchmarks/results``):
+    that is no change to the code under test, so the commit must not read ``+dirty``;
+    a change to any other tracked file must."""
+    import subprocess
+
+    from benchmarks.chaos.runner import _commit
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    progress = tmp_path / "benchmarks" / "results" / "chaos_full.progress.jsonl"
+    progress.write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "c")
+    clean = _commit(tmp_path)
+    assert clean and not clean.endswith("+dirty")
+    progress.write_text("{}\n{}\n")
+    assert _commit(tmp_path) == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert _commit(tmp_path) == clean + "+dirty"
