@@ -14,10 +14,13 @@ topic, run with ``availableNow``:
 * ``eos_weak``: the same with ``strong.productions=false``;
 * ``eos_foreach_batch``: ``eos_strong`` with the sink's ``foreachBatch`` front end
   (:class:`sinks.ExactlyOnceKafkaForeachBatch`) instead of the Python data source;
+* ``eos_fused``: the same dedup and sink in one pass per micro-batch
+  (:func:`sinks.deduplicate_to_kafka`: each row crosses into Python once);
 * ``dedup_spark_sink``: dedup, then Spark's Kafka sink -- splits the cost of
   the exactly-once path between the operator and our sink.
 
-Small micro-batches: ``spark_alo`` and ``eos_strong`` again on a topic of
+Small micro-batches: ``spark_alo``, ``eos_strong``, ``eos_foreach_batch`` and
+``eos_fused`` again on a topic of
 ``small_records`` records read ``small_per_trigger`` (5,000) at a time,
 interleaved ``--repeats`` times: their throughput ratio
 (``e2e_eos_over_alo_kafka_small``) and the ratios of their p50 / p99
@@ -57,8 +60,9 @@ from benchmarks.common import (
 from sinks.kafka_io import ensure_topic
 from sinks.verify import read_observed
 
-VARIANTS = ("spark_alo", "eos_strong", "eos_weak", "eos_foreach_batch", "dedup_spark_sink")
-SMALL_VARIANTS = ("spark_alo", "eos_strong", "eos_foreach_batch")
+VARIANTS = ("spark_alo", "eos_strong", "eos_weak", "eos_foreach_batch", "eos_fused",
+            "dedup_spark_sink")
+SMALL_VARIANTS = ("spark_alo", "eos_strong", "eos_foreach_batch", "eos_fused")
 SHUFFLE_PARTITIONS = 4
 
 
@@ -127,6 +131,14 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
         df = read_kafka(spark, bootstrap, source, id_strategy="key",
                         max_offsets_per_trigger=per_trigger)
         cfg = DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url))
+        if variant == "eos_fused":
+            from sinks import deduplicate_to_kafka
+
+            writer = deduplicate_to_kafka(df.select("key", "value", "_record_id"), cfg, {
+                "kafka.bootstrap.servers": bootstrap, "topic": out, "app.id": app_id,
+                "redis.url": redis_url}, num_partitions=SHUFFLE_PARTITIONS)
+            writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
+            return _measure(variant, writer, bootstrap, out)
         df = deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS)
         if variant == "eos_foreach_batch":
             from sinks import ExactlyOnceKafkaForeachBatch
@@ -142,6 +154,11 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
                       .option("app.id", app_id).option("redis.url", redis_url)
                       .option("strong.productions", str(variant == "eos_strong").lower()))
     writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
+    return _measure(variant, writer, bootstrap, out)
+
+
+def _measure(variant: str, writer: Any, bootstrap: str, out: str) -> dict[str, Any]:
+    """Run ``writer`` to the end; its timings and its output read back."""
     seconds, query = run_to_end(writer)
     batches = streaming_batches(query)
     written = read_observed(bootstrap, out)
@@ -260,6 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                      rate["spark_alo"]),
         "e2e_eos_foreach_batch_over_alo_kafka": ratio(rate["eos_foreach_batch"],
                                                       rate["spark_alo"]),
+        "e2e_eos_fused_over_alo_kafka": ratio(rate["eos_fused"], rate["spark_alo"]),
         "double_batch_runs": sweep,
         "e2e_eos_over_alo_kafka_double_batch": ratio(
             *(next(r["records_per_s"] for r in sweep if r["variant"] == v)
@@ -279,6 +297,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             fastest_small["spark_alo"]["records_per_s"]),
         "batch_latency_p50_eos_foreach_batch_over_alo": ratio(
             latency["eos_foreach_batch"]["p50_ms"], latency["spark_alo"]["p50_ms"]),
+        "e2e_eos_fused_over_alo_kafka_small": ratio(
+            fastest_small["eos_fused"]["records_per_s"],
+            fastest_small["spark_alo"]["records_per_s"]),
+        "batch_latency_p50_eos_fused_over_alo": ratio(
+            latency["eos_fused"]["p50_ms"], latency["spark_alo"]["p50_ms"]),
+        "batch_latency_p99_eos_fused_over_alo": ratio(
+            latency["eos_fused"]["p99_ms"], latency["spark_alo"]["p99_ms"]),
     }
     write_json("e2e.json", result)
     return result

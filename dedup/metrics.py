@@ -108,3 +108,25 @@ def observed_columns() -> list[Any]:
         total(ROUND_TRIPS).alias("round_trips"),
         total(LOOKUPS).alias("catalog_lookups"),
     ]
+
+
+def partition_metrics(result: Mapping[str, Any]) -> dict[str, int]:
+    """The fields of :func:`observed_columns` summed over one partition's step result
+    (the arrays of :func:`dedup.partition_step.decide_partition`), for front ends that
+    run the step without ``observe``. Pure."""
+    import numpy as np
+
+    status, late = np.asarray(result[STATUS]), np.asarray(result[LATE])
+    return {
+        "records_in": len(status),
+        "kept": int((status == KEPT).sum()),
+        "duplicates_in_batch": int((status == DUP_IN_BATCH).sum()),
+        "duplicates_catalog": int((status == DUP_CATALOG).sum()),
+        "late_dropped": int((status == LATE_DROPPED).sum()),
+        "late_passed": int(((late == 1) & (status != LATE_DROPPED)).sum()),
+        "invalid_ids": int((status == INVALID_ID).sum()),
+        "bloom_positives": int(np.asarray(result[BLOOM_POSITIVES]).sum()),
+        "bloom_false_positives": int(np.asarray(result[FALSE_POSITIVES]).sum()),
+        "round_trips": int(np.asarray(result[ROUND_TRIPS]).sum()),
+        "catalog_lookups": int(np.asarray(result[LOOKUPS]).sum()),
+    }

@@ -15,7 +15,7 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dedup.catalog import RedisCatalog
@@ -41,6 +41,22 @@ if TYPE_CHECKING:
 _METRIC_NAMES: dict[str, str] = {}
 _METRIC_NAMES_LOCK = threading.Lock()
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DecisionPlan:
+    """What the partition step of one app id needs, from :meth:`Deduplicator.plan`.
+
+    ``partitions``: the pinned partition count of the shuffle by shard;
+    ``shard``: the Spark column of each row's shard; ``inputs``: the step's
+    input columns (ID, shard, ID problem code, batch timestamp[, event
+    seconds]); ``step_config``: the config the executors run with.
+    """
+
+    partitions: int
+    shard: Any
+    inputs: list[Any]
+    step_config: DedupConfig
 
 
 def metric_name(app_id: str) -> str:
@@ -103,6 +119,41 @@ class Deduplicator:
             From the start-up checks; the message names the fix.
         """
         from pyspark.sql import functions as sf
+
+        cfg = self.config
+        plan = self.plan(df)
+        spark = df.sparkSession
+        partitions, shard = plan.partitions, plan.shard
+        sharded = df.repartition(partitions, placement_column(shard, cfg.num_shards, partitions))
+        decide = partition_udf(PartitionStep(plan.step_config, uuid.uuid4().hex))
+        marked = sharded.withColumn(RESULT_COLUMN, decide(*plan.inputs))
+        if df.isStreaming:
+            observed = marked.observe(self.metric_name, *observed_columns())
+            if self.gc_listener:
+                self._install_listener(spark)
+        else:
+            from pyspark.sql import Observation
+
+            self._observation = Observation(self.metric_name)
+            observed = marked.observe(self._observation, *observed_columns())
+        status = sf.col(f"{RESULT_COLUMN}.{STATUS}")
+        if cfg.invalid_ids == InvalidIdPolicy.DEAD_LETTER:
+            # Null, so the exactly-once sink routes the record to its dead letter.
+            invalid = status == INVALID_ID
+            return (observed.filter((status == KEPT) | invalid)
+                    .withColumn(cfg.id_column, sf.when(invalid, sf.lit(None).cast("string"))
+                                .otherwise(sf.col(cfg.id_column)))
+                    .drop(RESULT_COLUMN))
+        return observed.filter(status == KEPT).drop(RESULT_COLUMN)
+
+    def plan(self, df: DataFrame) -> DecisionPlan:
+        """Check ``df`` and the app id as :meth:`apply` does; return what the step needs.
+
+        For front ends that run the partition step themselves (the fused dedup
+        and exactly-once Kafka writer of :mod:`sinks`). Safe to repeat; raises
+        what :meth:`apply` raises.
+        """
+        from pyspark.sql import functions as sf
         from pyspark.sql.types import NumericType, StringType, TimestampType
 
         cfg = self.config
@@ -134,11 +185,9 @@ class Deduplicator:
         if RESULT_COLUMN in df.columns:
             raise ConfigError(f"column {RESULT_COLUMN!r} is reserved by the dedup operator; "
                               "rename it")
-        spark = df.sparkSession
-        partitions = self._pinned_layout(df, spark)
+        partitions = self._pinned_layout(df, df.sparkSession)
         record_id = sf.col(cfg.id_column)
         shard = sf.pmod(sf.xxhash64(record_id), sf.lit(cfg.num_shards)).cast("int")
-        sharded = df.repartition(partitions, placement_column(shard, cfg.num_shards, partitions))
         # The batch's own timestamp (Spark keeps it in the offset log, so every
         # attempt and every executor of a batch sees the same one) decides late
         # records and time buckets: a retry decides what the first attempt did.
@@ -148,26 +197,7 @@ class Deduplicator:
             inputs.append(sf.col(event_time).cast("double"))
         # Executors wait for the replica count the start-up check resolved.
         step_config = replace(cfg, redis=replace(cfg.redis, wait_replicas=self._replicas))
-        decide = partition_udf(PartitionStep(step_config, uuid.uuid4().hex))
-        marked = sharded.withColumn(RESULT_COLUMN, decide(*inputs))
-        if df.isStreaming:
-            observed = marked.observe(self.metric_name, *observed_columns())
-            if self.gc_listener:
-                self._install_listener(spark)
-        else:
-            from pyspark.sql import Observation
-
-            self._observation = Observation(self.metric_name)
-            observed = marked.observe(self._observation, *observed_columns())
-        status = sf.col(f"{RESULT_COLUMN}.{STATUS}")
-        if cfg.invalid_ids == InvalidIdPolicy.DEAD_LETTER:
-            # Null, so the exactly-once sink routes the record to its dead letter.
-            invalid = status == INVALID_ID
-            return (observed.filter((status == KEPT) | invalid)
-                    .withColumn(cfg.id_column, sf.when(invalid, sf.lit(None).cast("string"))
-                                .otherwise(sf.col(cfg.id_column)))
-                    .drop(RESULT_COLUMN))
-        return observed.filter(status == KEPT).drop(RESULT_COLUMN)
+        return DecisionPlan(partitions, shard, inputs, step_config)
 
     def _pinned_layout(self, df: DataFrame, spark: SparkSession) -> int:
         """Record the layout on first use, refuse a changed one; return the partition count.

@@ -2,7 +2,9 @@
 
 Pick :class:`ExactlyOnceKafkaDataSource` (``format("exactly_once_kafka")``,
 after :func:`register`) for a one-line switch from Spark's Kafka sink, or
-:class:`ExactlyOnceKafkaForeachBatch` inside ``foreachBatch``.
+:class:`ExactlyOnceKafkaForeachBatch` inside ``foreachBatch``;
+:func:`deduplicate_to_kafka` runs the dedup operator and the sink in one pass
+over each micro-batch (the cheapest of the three).
 """
 
 from sinks.admin import (
@@ -20,6 +22,7 @@ from sinks.datasource import (
     register,
     release_when_stopped,
 )
+from sinks.dedup_foreach_batch import DedupKafkaForeachBatch, deduplicate_to_kafka
 from sinks.exceptions import (
     CheckpointSchemaError,
     CheckpointStateError,
@@ -48,6 +51,7 @@ __all__ = [
     "CheckpointStore",
     "CheckpointUnavailableError",
     "CommitOutcomeUnknownError",
+    "DedupKafkaForeachBatch",
     "ExactlyOnceKafkaDataSource",
     "ExactlyOnceKafkaForeachBatch",
     "ExactlyOnceKafkaStreamWriter",
@@ -68,6 +72,7 @@ __all__ = [
     "abort_transactions",
     "check_transaction_timeout",
     "close_clients",
+    "deduplicate_to_kafka",
     "list_transactions",
     "read_phase_timings",
     "register",

@@ -135,6 +135,26 @@ class ExactlyOnceKafkaForeachBatch:
         return str(query_id)
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        layout, columns, query_id, batch = self.begin_batch(df, batch_id)
+        config = self.config
+
+        def write(batches: Iterator[Any]) -> Iterator[Any]:
+            from pyspark import TaskContext
+
+            from sinks.writer import write_batches
+
+            context = TaskContext.get()
+            assert context is not None
+            result = write_batches(config, layout, columns, batches, query_id, batch,
+                                   context.partitionId(), context.attemptNumber())
+            yield written_row(context.partitionId(), result.produced, result.phases)
+
+        written = df.mapInArrow(write, WRITTEN_SCHEMA).collect()
+        self.end_batch(written, query_id, batch)
+
+    def begin_batch(self, df: Any, batch_id: int) -> tuple[Any, list[str], str, int]:
+        """Checks before a micro-batch is written: returns its input layout, columns,
+        query id and batch id. Raises what the call raises before writing."""
         config = self.config
         self.claim_output()  # before anything is written: a shared output is refused
         if not self._prepared:
@@ -144,30 +164,31 @@ class ExactlyOnceKafkaForeachBatch:
                 CheckpointStore.for_config(config).check_persistence()
             self._prepared = True
         layout = check_schema(df.schema, config)
-        columns = list(df.columns)
         query_id = self._query_id(df)
-        batch = int(batch_id)
         self._owners.add(query_id)
         self._release_on_stop(df, query_id)
+        return layout, list(df.columns), query_id, int(batch_id)
 
-        def write(batches: Iterator[Any]) -> Iterator[Any]:
-            import pyarrow as pa
-            from pyspark import TaskContext
-
-            from sinks.writer import write_batches
-
-            context = TaskContext.get()
-            assert context is not None
-            result = write_batches(config, layout, columns, batches, query_id, batch,
-                                   context.partitionId(), context.attemptNumber())
-            yield pa.RecordBatch.from_pydict({
-                "partition": pa.array([context.partitionId()], pa.int64()),
-                "produced": pa.array([result.produced], pa.int64()),
-                "phases": pa.array([json.dumps(result.phases)], pa.string())})
-
-        written = df.mapInArrow(write, "partition long, produced long, phases string").collect()
+    def end_batch(self, written: list[Any], query_id: str, batch: int) -> None:
+        """After every partition of ``batch`` was written (rows of :data:`WRITTEN_SCHEMA`):
+        record the phase timings, collect older checkpoints. Safe to repeat."""
+        config = self.config
         append_phase_timings(config.timings_path, [
             (batch, row["partition"], json.loads(row["phases"])) for row in written])
         if config.strong_productions:
             assert config.redis is not None
             CheckpointStore.for_config(config).collect_garbage(query_id, batch)
+
+
+# One row per written partition, collected by the driver.
+WRITTEN_SCHEMA = "partition long, produced long, phases string"
+
+
+def written_row(partition: int, produced: int, phases: Mapping[str, Any]) -> Any:
+    """The Arrow batch of one written partition (:data:`WRITTEN_SCHEMA`)."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict({
+        "partition": pa.array([partition], pa.int64()),
+        "produced": pa.array([produced], pa.int64()),
+        "phases": pa.array([json.dumps(phases)], pa.string())})

@@ -1,0 +1,200 @@
+"""Dedup and the exactly-once Kafka write of each micro-batch in one pass over its rows.
+
+The operator (:func:`dedup.deduplicate`) followed by the sink moves every row
+into a Python worker twice: once for the dedup decision (its IDs), once for
+the write (the whole row). Here both happen in the same task::
+
+    config = DedupConfig("orders-v1", redis=RedisConfig(redis_url))
+    writer = deduplicate_to_kafka(df, config, {"kafka.bootstrap.servers": ..., "topic": "out",
+                                               "app.id": "orders-v1", "redis.url": ...})
+    query = writer.option("checkpointLocation", ...).start()
+
+Each micro-batch is shuffled by shard as the operator does; each partition
+then decides its rows (one idempotent claim per shard, recorded under the
+query and batch, so a retry decides what the first attempt did) and writes
+the kept ones through the sink's core (:func:`sinks.writer.write_batches`:
+checkpoint first, one Kafka transaction with the batch marker). The
+guarantees are those of the operator followed by the sink.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from dedup.config import DedupConfig, InvalidIdPolicy
+from dedup.metrics import DedupMetrics
+from dedup.operator import Deduplicator
+from sinks.exceptions import SinkConfigError
+from sinks.foreach_batch import WRITTEN_SCHEMA, ExactlyOnceKafkaForeachBatch
+
+# Hidden columns computed in the streaming plan (so the batch timestamp is the
+# one Spark keeps in its offset log) and dropped before the write.
+SHARD, PROBLEM, BATCH_TIME, EVENT_SECONDS = ("_dedup_shard", "_dedup_problem",
+                                             "_dedup_batch_time", "_dedup_event_seconds")
+HIDDEN = (SHARD, PROBLEM, BATCH_TIME, EVENT_SECONDS)
+FUSED_SCHEMA = WRITTEN_SCHEMA + ", metrics string"
+
+
+class DedupKafkaForeachBatch:
+    """``foreachBatch`` function that deduplicates a micro-batch and writes it exactly once.
+
+    Parameters
+    ----------
+    config:
+        The dedup operator's :class:`~dedup.DedupConfig`.
+    options:
+        The sink's options, as for :class:`~sinks.ExactlyOnceKafkaForeachBatch`.
+    num_partitions:
+        Partitions of the shuffle by shard, which are also the sink's
+        partitions (pinned per dedup app id, as for the operator).
+
+    Build the query with :meth:`write_stream` (it adds the columns the
+    decision needs). Calling it again for the same batch id is safe: the
+    claims replay their decisions and the sink skips committed partitions.
+    A failure raises, and the query fails or Spark retries the batch.
+    """
+
+    def __init__(self, config: DedupConfig, options: Mapping[str, Any],
+                 num_partitions: int | None = None) -> None:
+        self.dedup = Deduplicator(config, num_partitions, gc_listener=False)
+        self.sink = ExactlyOnceKafkaForeachBatch(options)
+        self._plan: Any = None
+        self._stop_hooks: set[str] = set()
+        self.last_metrics: DedupMetrics | None = None
+
+    def write_stream(self, df: Any) -> Any:
+        """``df.writeStream`` with this function as its ``foreachBatch``.
+
+        Runs the operator's start-up checks (ID column, Redis, recorded
+        layout). Raises what :meth:`dedup.Deduplicator.apply` raises.
+        """
+        taken = sorted(set(HIDDEN) & set(df.columns))
+        if taken:
+            raise SinkConfigError(f"columns {taken} are reserved by deduplicate_to_kafka; "
+                                  "rename them")
+        plan = self.dedup.plan(df)
+        _, shard, problem, batch_time, *event = plan.inputs
+        hidden = [shard.alias(SHARD), problem.alias(PROBLEM), batch_time.alias(BATCH_TIME)]
+        if event:
+            hidden.append(event[0].alias(EVENT_SECONDS))
+        self._plan = plan
+        return df.select("*", *hidden).writeStream.foreachBatch(self)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as sf
+
+        from dedup.placement import placement_column
+
+        if self._plan is None:
+            raise SinkConfigError("start the query with DedupKafkaForeachBatch.write_stream(df) "
+                                  "(or deduplicate_to_kafka): it adds the columns the dedup "
+                                  "decision needs")
+        plan = self._plan
+        step_config: DedupConfig = plan.step_config
+        columns = [c for c in df.columns if c not in HIDDEN]
+        layout, _, query_id, batch = self.sink.begin_batch(df.select(*columns), batch_id)
+        sink_config = self.sink.config
+        has_event = EVENT_SECONDS in df.columns
+        dead_letter = step_config.invalid_ids == InvalidIdPolicy.DEAD_LETTER
+        self._release_on_stop(df, query_id)
+
+        def write(batches: Iterator[Any]) -> Iterator[Any]:
+            import pyarrow as pa
+            from pyspark import TaskContext
+
+            from dedup.failpoints import clock_offset
+            from dedup.metrics import INVALID_ID, KEPT, STATUS, partition_metrics
+            from dedup.partition_step import decide_partition
+            from dedup.worker_imports import keep_static_archive_caches
+            from sinks.foreach_batch import written_row
+            from sinks.writer import write_batches
+
+            keep_static_archive_caches()
+            context = TaskContext.get()
+            assert context is not None
+            partition = context.partitionId()
+            received = [b for b in batches if b.num_rows]
+            kept: list[Any] = []
+            metrics: dict[str, int] = {}
+            if received:
+                table = pa.Table.from_batches(received)
+                now = float(table.column(BATCH_TIME)[0].as_py())
+                now += clock_offset("dedup.batch_clock", step_config.fail_points.directory,
+                                    batch=str(batch), partition=partition, now=now)
+                result = decide_partition(
+                    step_config, table.column(step_config.id_column).to_numpy(
+                        zero_copy_only=False),
+                    table.column(SHARD).to_numpy(), query_id, str(batch), query_id, partition,
+                    now=now, problems=table.column(PROBLEM).to_numpy(),
+                    event_seconds=(table.column(EVENT_SECONDS).to_numpy(zero_copy_only=False)
+                                   if has_event else None))
+                metrics = partition_metrics(result)
+                status = result[STATUS]
+                invalid = status == INVALID_ID
+                out = table.filter(pa.array((status == KEPT) | (invalid & dead_letter)))
+                out = out.select(columns)
+                if dead_letter and invalid.any():
+                    # A null ID sends the record to the sink's dead-letter topic.
+                    out_invalid = invalid[(status == KEPT) | invalid]
+                    index = out.schema.get_field_index(step_config.id_column)
+                    ids = out.column(index)
+                    nulled = pa.array([None if bad else value for bad, value in
+                                       zip(out_invalid, ids.to_pylist(), strict=True)],
+                                      ids.type)
+                    out = out.set_column(index, step_config.id_column, nulled)
+                kept = out.to_batches()
+            written = write_batches(sink_config, layout, columns, kept, query_id, batch,
+                                    partition, context.attemptNumber())
+            row = written_row(partition, written.produced, written.phases)
+            yield row.append_column("metrics", pa.array([json.dumps(metrics)], pa.string()))
+
+        sharded = df.repartition(plan.partitions, placement_column(
+            sf.col(SHARD), step_config.num_shards, plan.partitions))
+        written = sharded.mapInArrow(write, FUSED_SCHEMA).collect()
+        self.sink.end_batch(written, query_id, batch)
+        # Every partition of the batch is committed in Kafka: a re-run of it
+        # (Spark had not yet written its commit log) writes nothing, so its
+        # decisions are no longer needed for a replay.
+        self.dedup.catalog.commit_progress(query_id, batch)
+        totals: dict[str, int] = {}
+        for row in written:
+            for name, value in json.loads(row["metrics"]).items():
+                totals[name] = totals.get(name, 0) + value
+        self.last_metrics = DedupMetrics.from_observed(totals)
+
+    def _release_on_stop(self, df: Any, query_id: str) -> None:
+        """Release the dedup app id's lease when the query stops (else it lapses)."""
+        if query_id in self._stop_hooks:
+            return
+        from pyspark.sql import SparkSession
+
+        from dedup.gc import session_listener
+
+        spark = SparkSession._instantiatedSession
+        spark_query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        if spark is None or not spark_query_id:
+            return
+        catalog = self.dedup.catalog
+        session_listener(spark).on_stop(spark_query_id, f"the dedup lease of {query_id}",
+                                        lambda: catalog.release(query_id))
+        self._stop_hooks.add(query_id)
+
+    def release(self) -> None:
+        """Give up the sink's output (see :meth:`ExactlyOnceKafkaForeachBatch.release`).
+        Safe to repeat."""
+        self.sink.release()
+
+
+def deduplicate_to_kafka(df: Any, config: DedupConfig, options: Mapping[str, Any],
+                         num_partitions: int | None = None) -> Any:
+    """Deduplicate ``df`` and write it to Kafka exactly once, in one pass over each batch.
+
+    Returns the ``DataStreamWriter`` (set ``checkpointLocation``, a trigger,
+    then ``start()``). Same result as ``deduplicate(df, config)`` followed by
+    the ``exactly_once_kafka`` sink, with one Python round trip per row
+    instead of two. Raises the operator's start-up errors and
+    :class:`~sinks.SinkConfigError` for invalid sink options.
+    """
+    return DedupKafkaForeachBatch(config, options, num_partitions).write_stream(df)
