@@ -244,10 +244,19 @@ stop_after_idle_seconds = 5.0
 
 
 class _RecoveryClock:
-    """Time from the fault to the next growth of the topic's committed end offsets."""
+    """Time from the fault to the commit of the output it interrupted.
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
+    With a ``target`` (partition, next batch), the time until that sink
+    partition's batch marker reaches the next batch: the interrupted
+    partition's own output is committed. Without one (a fault that hits no
+    single partition), the time to the next growth of the topic's committed
+    end offsets. A commit of another partition, in flight when the fault hit,
+    must not count: it made a driver kill look recovered in 0.4 s.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, app_id: str = "") -> None:
+        self.bootstrap, self.topic, self.app_id = bootstrap, topic, app_id
+        self.target: tuple[int, int] | None = None
 
     def committed_end(self) -> int | None:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "chaos-clock",
@@ -261,17 +270,55 @@ class _RecoveryClock:
         finally:
             consumer.close()
 
+    def marker(self, partition: int) -> int | None:
+        """The committed batch marker (next batch) of sink partition ``partition``."""
+        from sinks.config import SinkConfig
+
+        config = SinkConfig.from_options({
+            "app.id": self.app_id, "kafka.bootstrap.servers": self.bootstrap,
+            "topic": self.topic, "strong.productions": "false"})
+        consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                             "group.id": config.marker_group(partition),
+                             "isolation.level": "read_committed", "log_level": 0})
+        try:
+            [tp] = consumer.committed([TopicPartition(config.marker_topic, 0)], timeout=2)
+            return int(tp.offset)
+        except Exception:  # broker down, coordinator loading: no reading
+            return None
+        finally:
+            consumer.close()
+
+    def _reached(self, baseline: int | None) -> bool:
+        if self.target is not None:
+            partition, next_batch = self.target
+            marker = self.marker(partition)
+            return marker is not None and marker >= next_batch
+        now_end = self.committed_end()
+        return now_end is not None and baseline is not None and now_end > baseline
+
     def measure(self, injected_at: float, baseline: int | None, done: Callable[[], bool],
                 ) -> float | None:
         while not done():
-            now_end = self.committed_end()
-            if now_end is not None and baseline is not None and now_end > baseline:
+            if self._reached(baseline):
                 return time.monotonic() - injected_at
             time.sleep(0.3)
-        now_end = self.committed_end()
-        if now_end is not None and baseline is not None and now_end > baseline:
+        if self._reached(baseline):
             return time.monotonic() - injected_at
         return None
+
+
+def recovery_target(point: str, context: dict[str, Any]) -> tuple[int, int] | None:
+    """(sink partition, next batch) whose commit ends the recovery from a kill at
+    fail-point ``point`` in ``context``; None when the context names no partition.
+
+    A kill after the Kafka commit interrupted no output of its batch: the
+    partition's next batch is the output it delays. The operator's partitions
+    are the sink's (the sink writes the operator's shuffle as it is).
+    """
+    batch, partition = str(context.get("batch", "")), str(context.get("partition", ""))
+    if not (batch.isdigit() and partition.lstrip("-").isdigit()) or int(partition) < 0:
+        return None
+    return int(partition), int(batch) + (2 if point == "sink.after_commit" else 1)
 
 
 def _wait_marker(config: Any, partition: int, next_batch: int, timeout: float,
@@ -315,7 +362,7 @@ class Run:
         self.finished = threading.Event()
         self.component_back = threading.Event()
         self.component_back.set()
-        self.clock = _RecoveryClock(env.kafka.bootstrap_servers, self.topic)
+        self.clock = _RecoveryClock(env.kafka.bootstrap_servers, self.topic, self.app_id)
         self.recovery_s: float | None = None
         # operational kinds: the refusal's one-line message, None when not refused
         self.refused: str | None = None
@@ -384,6 +431,7 @@ class Run:
         if hit is None:
             return
         pid = int(hit["pid"]) if "pid" in hit else None
+        self.clock.target = recovery_target(point, hit.get("context", {}))
         self._start_clock()  # first: its baseline is read right after the kill
         deadline = time.monotonic() + 10
         while pid is not None and process_alive(pid) and time.monotonic() < deadline:
@@ -540,6 +588,7 @@ class Run:
             self.fault.evidence.update(hold, executor=executor)
             self.fault.confirmed = hold["in_hold"]
             self.fault.detail = f"SIGKILL of executor JVM pid {executor}"
+        self.clock.target = recovery_target("dedup.after_claim", hit.get("context", {}))
         self._start_clock()
 
 
@@ -616,6 +665,8 @@ def run_subprocess(run: Run) -> int:
                 run.fault.confirmed = code == -signal.SIGKILL and hold["in_hold"]
                 run.fault.detail = f"SIGKILL of the driver process group (pid {driver.pid})"
                 restarts += 1
+                run.clock.target = recovery_target("sink.after_checkpoint",
+                                                   hit.get("context", {}))
                 threading.Thread(target=run._start_clock, daemon=True).start()
                 driver = subprocess.Popen(argv, env=env, stdout=log, stderr=log,
                                           start_new_session=True)

@@ -38,3 +38,15 @@ def test_without_a_target_the_first_growth_counts() -> None:
     clock = _Clock(start)
     recovery = clock.measure(start, clock.committed_end(), lambda: time.monotonic() - start > 3)
     assert recovery is not None and recovery < 0.9, recovery
+
+
+def test_the_target_is_the_killed_partitions_next_uncommitted_batch() -> None:
+    from benchmarks.chaos.runner import recovery_target
+
+    context = {"batch": "2", "partition": "1", "rows": "40"}
+    assert recovery_target("sink.mid_produce", context) == (1, 3)
+    assert recovery_target("dedup.after_claim", context) == (1, 3)
+    # killed after its commit: the output it delays is the partition's next batch
+    assert recovery_target("sink.after_commit", context) == (1, 4)
+    assert recovery_target("sink.mid_produce", {"batch": "static", "partition": "1"}) is None
+    assert recovery_target("sink.mid_produce", {"batch": "2"}) is None
