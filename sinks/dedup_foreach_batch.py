@@ -96,58 +96,30 @@ class DedupKafkaForeachBatch:
         columns = [c for c in df.columns if c not in HIDDEN]
         layout, _, query_id, batch = self.sink.begin_batch(df.select(*columns), batch_id)
         sink_config = self.sink.config
-        has_event = EVENT_SECONDS in df.columns
-        dead_letter = step_config.invalid_ids == InvalidIdPolicy.DEAD_LETTER
         self._release_on_stop(df, query_id)
 
         def write(batches: Iterator[Any]) -> Iterator[Any]:
             import pyarrow as pa
             from pyspark import TaskContext
 
-            from dedup.failpoints import clock_offset
-            from dedup.metrics import INVALID_ID, KEPT, STATUS, partition_metrics
-            from dedup.partition_step import decide_partition
             from dedup.worker_imports import keep_static_archive_caches
             from sinks.foreach_batch import written_row
+            from sinks.timing import PhaseClock
             from sinks.writer import write_batches
 
             keep_static_archive_caches()
             context = TaskContext.get()
             assert context is not None
             partition = context.partitionId()
-            received = [b for b in batches if b.num_rows]
-            kept: list[Any] = []
-            metrics: dict[str, int] = {}
-            if received:
-                table = pa.Table.from_batches(received)
-                now = float(table.column(BATCH_TIME)[0].as_py())
-                now += clock_offset("dedup.batch_clock", step_config.fail_points.directory,
-                                    batch=str(batch), partition=partition, now=now)
-                result = decide_partition(
-                    step_config, table.column(step_config.id_column).to_numpy(
-                        zero_copy_only=False),
-                    table.column(SHARD).to_numpy(), query_id, str(batch), query_id, partition,
-                    now=now, problems=table.column(PROBLEM).to_numpy(),
-                    event_seconds=(table.column(EVENT_SECONDS).to_numpy(zero_copy_only=False)
-                                   if has_event else None))
-                metrics = partition_metrics(result)
-                status = result[STATUS]
-                invalid = status == INVALID_ID
-                out = table.filter(pa.array((status == KEPT) | (invalid & dead_letter)))
-                out = out.select(columns)
-                if dead_letter and invalid.any():
-                    # A null ID sends the record to the sink's dead-letter topic.
-                    out_invalid = invalid[(status == KEPT) | invalid]
-                    index = out.schema.get_field_index(step_config.id_column)
-                    ids = out.column(index)
-                    nulled = pa.array([None if bad else value for bad, value in
-                                       zip(out_invalid, ids.to_pylist(), strict=True)],
-                                      ids.type)
-                    out = out.set_column(index, step_config.id_column, nulled)
-                kept = out.to_batches()
+            clock = PhaseClock()
+            with clock("receive"):
+                received = [b for b in batches if b.num_rows]
+            with clock("dedup"):
+                kept, metrics = keep_rows(step_config, received, columns, query_id, batch,
+                                          partition)
             written = write_batches(sink_config, layout, columns, kept, query_id, batch,
                                     partition, context.attemptNumber())
-            row = written_row(partition, written.produced, written.phases)
+            row = written_row(partition, written.produced, {**clock.seconds, **written.phases})
             yield row.append_column("metrics", pa.array([json.dumps(metrics)], pa.string()))
 
         sharded = df.repartition(plan.partitions, placement_column(
@@ -185,6 +157,45 @@ class DedupKafkaForeachBatch:
         """Give up the sink's output (see :meth:`ExactlyOnceKafkaForeachBatch.release`).
         Safe to repeat."""
         self.sink.release()
+
+
+def keep_rows(config: DedupConfig, received: list[Any], columns: list[str], query_id: str,
+              batch: int, partition: int) -> tuple[list[Any], dict[str, int]]:
+    """Decide one partition's rows (Arrow batches with the hidden columns); return the
+    batches to write (``columns`` only) and the step's metrics. A retry of the same
+    (query, batch) decides the same: the claims replay their recorded decisions."""
+    import pyarrow as pa
+
+    from dedup.failpoints import clock_offset
+    from dedup.metrics import INVALID_ID, KEPT, STATUS, partition_metrics
+    from dedup.partition_step import decide_partition
+
+    if not received:
+        return [], {}
+    table = pa.Table.from_batches(received)
+    now = float(table.column(BATCH_TIME)[0].as_py())
+    now += clock_offset("dedup.batch_clock", config.fail_points.directory,
+                        batch=str(batch), partition=partition, now=now)
+    result = decide_partition(
+        config, table.column(config.id_column).to_numpy(zero_copy_only=False),
+        table.column(SHARD).to_numpy(), query_id, str(batch), query_id, partition,
+        now=now, problems=table.column(PROBLEM).to_numpy(),
+        event_seconds=(table.column(EVENT_SECONDS).to_numpy(zero_copy_only=False)
+                       if EVENT_SECONDS in table.column_names else None))
+    status = result[STATUS]
+    invalid = status == INVALID_ID
+    if config.invalid_ids != InvalidIdPolicy.DEAD_LETTER:
+        invalid[:] = False  # none: the step failed on an invalid ID
+    passed = (status == KEPT) | invalid
+    out = table.filter(pa.array(passed)).select(columns)
+    if invalid.any():
+        # A null ID sends the record to the sink's dead-letter topic.
+        index = out.schema.get_field_index(config.id_column)
+        ids = out.column(index)
+        nulled = pa.array([None if bad else value for bad, value in
+                           zip(invalid[passed], ids.to_pylist(), strict=True)], ids.type)
+        out = out.set_column(index, config.id_column, nulled)
+    return out.to_batches(), partition_metrics(result)
 
 
 def deduplicate_to_kafka(df: Any, config: DedupConfig, options: Mapping[str, Any],

@@ -18,9 +18,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-PHASES = ("input", "checkpoint", "convert", "producer", "marker", "marker_copy", "lease", "begin",
-          "send_offsets", "produce", "intent", "commit", "total")
-"""Phase names, in the order a write goes through them (``total`` is the whole write)."""
+PHASES = ("receive", "dedup", "input", "checkpoint", "convert", "producer", "marker",
+          "marker_copy", "lease", "begin", "send_offsets", "produce", "intent", "commit",
+          "total")
+"""Phase names, in the order a write goes through them (``total`` is the whole write;
+``receive`` and ``dedup`` only in :func:`sinks.deduplicate_to_kafka`)."""
 
 
 class PhaseClock:
