@@ -59,6 +59,15 @@ class DecisionGcListener(StreamingQueryListener):
         with self._lock:
             self._on_stop.setdefault(query_id, {})[name] = release
 
+    def hold(self, query_id: str, metric_name: str, catalog: RedisCatalog) -> None:
+        """Keep the app id lease of ``query_id`` as for a watched query whose progress
+        never carries ``metric_name`` (the one-pass writer decides inside
+        ``foreachBatch``, where nothing is observed): renewed on its idle events,
+        released when it terminates. Safe to repeat."""
+        with self._lock:
+            self._catalogs.setdefault(metric_name, catalog)
+            self._owners.setdefault(query_id, set()).add(metric_name)
+
     def watch(self, metric_name: str, catalog: RedisCatalog) -> None:
         """Collect for queries whose progress carries ``metric_name``. Safe to repeat."""
         with self._lock:

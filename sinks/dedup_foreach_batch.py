@@ -137,7 +137,8 @@ class DedupKafkaForeachBatch:
         self.last_metrics = DedupMetrics.from_observed(totals)
 
     def _release_on_stop(self, df: Any, query_id: str) -> None:
-        """Release the dedup app id's lease when the query stops (else it lapses)."""
+        """Keep the dedup app id's lease while the query idles, release it when the
+        query stops (as the operator's listener does for its queries)."""
         if query_id in self._stop_hooks:
             return
         from pyspark.sql import SparkSession
@@ -146,11 +147,9 @@ class DedupKafkaForeachBatch:
 
         spark = SparkSession._instantiatedSession
         spark_query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-        if spark is None or not spark_query_id:
-            return
-        catalog = self.dedup.catalog
-        session_listener(spark).on_stop(spark_query_id, f"the dedup lease of {query_id}",
-                                        lambda: catalog.release(query_id))
+        if spark is None or spark_query_id != query_id:
+            return  # a fixed query.id, or no session that hears the query: the lease lapses
+        session_listener(spark).hold(query_id, self.dedup.metric_name, self.dedup.catalog)
         self._stop_hooks.add(query_id)
 
     def release(self) -> None:

@@ -110,3 +110,17 @@ def test_stop_callbacks_run_once_for_their_query_and_failures_are_logged(
         listener.onQueryTerminated(SimpleNamespace(id="q1"))
     assert calls == ["a-newest"]
     assert "sink lease b" in caplog.text and "redis down" in caplog.text
+
+
+def test_a_held_query_keeps_its_lease_when_idle_and_gives_it_up_when_it_ends() -> None:
+    """The one-pass writer's queries observe nothing, yet their app id stays theirs."""
+    catalog, other = RecordingCatalog(), RecordingCatalog()
+    listener = listener_with(dedup_b=other)
+    listener.hold("q1", "dedup_a", catalog)  # type: ignore[arg-type]
+    listener.onQueryIdle(SimpleNamespace(id="q1"))
+    listener.onQueryIdle(SimpleNamespace(id="q2"))
+    assert catalog.renewed == ["q1"] and other.renewed == []
+    listener.onQueryTerminated(SimpleNamespace(id="q1"))
+    assert catalog.released == ["q1"] and other.released == []
+    # nothing known to be committed by Spark: nothing collected at the end
+    assert catalog.collected == []
