@@ -54,7 +54,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
               "wait_replicas": -1, "failover_wait_seconds": _DEDUP.redis.failover_wait},
     "sink": {
         "type": "kafka", "bootstrap_servers": "", "topic": "", "partitions": 2,
-        "key_column": "key", "value_column": "", "options": {},
+        "key_column": "key", "value_column": "", "one_pass": False, "options": {},
     },
     "run": {
         "trigger_seconds": 0.0, "stop_after_idle_seconds": 10.0, "max_seconds": 0.0,

@@ -170,8 +170,10 @@ def source_frame(spark: SparkSession, pipeline: PipelineFile, addresses: Address
                       max_files_per_trigger=src["max_files_per_trigger"] or None)
 
 
-def sink_frame(frame: DataFrame, pipeline: PipelineFile) -> DataFrame:
-    """Project to the sink's columns: ``key``, ``value`` and ``_record_id``."""
+def sink_frame(frame: DataFrame, pipeline: PipelineFile, carry: list[str] | None = None,
+               ) -> DataFrame:
+    """Project to the sink's columns: ``key``, ``value`` and ``_record_id`` (and the
+    ``carry`` columns as they are)."""
     from pyspark.sql import functions as sf
 
     sink = pipeline.table("sink")
@@ -215,13 +217,23 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
             'dedup.invalid_ids = "dead_letter" needs a dead-letter topic: set '
             'sink.options."dead.letter.topic" in the pipeline file'
         )
-    if pipeline.table("dedup")["enabled"]:
+    one_pass = bool(sink["one_pass"])
+    if one_pass and not (pipeline.table("dedup")["enabled"] and sink["type"] == "kafka"):
+        raise ConfigError("sink.one_pass = true needs dedup.enabled = true and sink.type = "
+                          "\"kafka\" (it runs the dedup step inside the Kafka sink's write)")
+    if one_pass and transform is not None:
+        raise ConfigError("sink.one_pass = true leaves no place for code between the dedup "
+                          "step and the sink: set it to false")
+    if pipeline.table("dedup")["enabled"] and not one_pass:
         from dedup import deduplicate
 
         frame = deduplicate(frame, dedup_config(pipeline, addresses.redis_url, fail_point_dir))
     if transform is not None:
         frame = transform(frame)
-    out = sink_frame(frame, pipeline)
+    event_time = pipeline.table("dedup")["event_time_column"]
+    # The one-pass step reads the event time beside the sink's columns (the sink
+    # ignores a column it does not know).
+    out = sink_frame(frame, pipeline, carry=[event_time] if one_pass and event_time else [])
     run = pipeline.table("run")
     writer: Any
     options: dict[str, str] | None = None
@@ -241,11 +253,15 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
         }
         if fail_point_dir:
             options["fail.point.dir"] = fail_point_dir
-        writer = out.writeStream.format("exactly_once_kafka").options(**options)
+        if one_pass:
+            writer = sinks.deduplicate_to_kafka(
+                out, dedup_config(pipeline, addresses.redis_url, fail_point_dir), options)
+        else:
+            writer = out.writeStream.format("exactly_once_kafka").options(**options)
     writer = writer.option("checkpointLocation", checkpoint).queryName(pipeline.app_id)
     writer = writer.trigger(processingTime=f"{run['trigger_seconds']} seconds")
     query = writer.start()
-    if options is not None:
+    if options is not None and not one_pass:  # one pass: its sink releases by itself
         import sinks
 
         # A reset checkpoint right after a clean stop is then not refused.

@@ -66,3 +66,23 @@ def test_example_pipeline_runs_exactly_once(redis_url: str, kafka_bootstrap: str
     assert main(["txn", "abort", "--app-id", app_id, "--bootstrap", kafka_bootstrap]) == 0
     aborted = capsys.readouterr().out
     assert all(txn_id in aborted for txn_id in txn_ids)
+
+
+def test_example_pipeline_in_one_pass_runs_exactly_once(redis_url: str, kafka_bootstrap: str,
+                                                        app_id: str, tmp_path: Path) -> None:
+    # sink.one_pass = true: the dedup step inside the sink's write (deduplicate_to_kafka).
+    config = example_config(app_id, tmp_path)
+    text = config.read_text().replace("one_pass = false", "one_pass = true", 1)
+    assert "one_pass = true" in text
+    config.write_text(text)
+    dedup = Path(sys.executable).with_name("dedup")
+    env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
+    result = subprocess.run(
+        [str(dedup), "run", str(config), "--redis-url", redis_url, "--bootstrap",
+         kafka_bootstrap, "--verify", "--quiet"],
+        capture_output=True, text=True, timeout=400, env=env, check=False,
+    )
+    out = result.stdout
+    assert result.returncode == 0, f"stdout:\n{out}\nstderr:\n{result.stderr}"
+    assert f"dedup run {app_id}: 5 batches, 10000 records in" in out
+    assert "lost 0, duplicated 0, phantoms 0, mismatched 0, open transactions 0" in out
