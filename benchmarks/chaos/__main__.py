@@ -6,6 +6,7 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 from benchmarks.chaos.faults import CLUSTER_KINDS, CRASH_KINDS, FAULT_KINDS, OPERATIONAL_KINDS
 from benchmarks.chaos.report import (
@@ -57,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: write the figures of the runs recorded in the "
                              "progress file (an interrupted matrix, reported as such)")
+    parser.add_argument("--variant", default="",
+                        help="run every scheduled run with this pipeline variant "
+                             "(benchmarks/chaos/mutants.py VARIANTS, e.g. one_pass); "
+                             "--name defaults to chaos_<variant>")
     parser.add_argument("--only-runs", default="",
                         help="START:END: do only the scheduled runs with START <= index < END "
                              "(to split one matrix over processes; merge the progress files "
@@ -76,7 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.operational + args.cluster + args.all > 1:
         parser.error("--operational, --cluster and --all are separate matrices: run them one "
                      "at a time")
-    args.name = args.name or ("chaos_operational" if args.operational else
+    if args.variant:
+        from benchmarks.chaos.mutants import VARIANTS
+
+        if args.variant not in VARIANTS:
+            parser.error(f"unknown pipeline variant {args.variant!r}; known: "
+                         f"{', '.join(VARIANTS)}")
+    args.name = args.name or (f"chaos_{args.variant}" if args.variant else
+                              "chaos_operational" if args.operational else
                               "chaos_cluster" if args.cluster else
                               "chaos_full" if args.all else "chaos")
     default_kinds = (OPERATIONAL_KINDS if args.operational else
@@ -88,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
     specs = schedule(args.runs, args.seed, kinds)
+    if args.variant:
+        specs = [replace(spec, variant=args.variant) for spec in specs]
     # One line per finished run, so that a matrix of two hours survives the
     # loss of its own process: --resume reads them back instead of rerunning.
     progress = RESULTS_DIR / f"{args.name}.progress.jsonl"

@@ -47,6 +47,8 @@ VARIANTS: dict[str, str] = {
                    "late by the wall clock) and a batch clock two days behind the wall clock "
                    "(the dedup.batch_clock skew: batches replayed two days after they were "
                    "planned), so nothing is late by the batch clock",
+    "one_pass": "dedup and the sink in one pass (pipeline file sink.one_pass = true: "
+                "sinks.deduplicate_to_kafka) instead of the operator followed by the sink",
 }
 LATE_SKEW_S = 2 * 24 * 3600
 LATE_BUCKET_S = 30 * 24 * 3600
@@ -138,6 +140,14 @@ def apply_variant(run: Run, text: str) -> tuple[str, Callable[[Any], Any] | None
         arm(run.fp_dir, "dedup.batch_clock", "skew", seconds=-LATE_SKEW_S, from_batch=0)
         run.fault.evidence["variant"] = VARIANTS[variant]
         return text, None
+    if variant == "one_pass":
+        sink = '[sink]\ntype = "kafka"\n'
+        one = text.replace(sink, sink + "one_pass = true\n", 1)
+        if one == text:
+            raise ValueError("the one_pass variant found no Kafka sink table in the pipeline "
+                             "file: update apply_variant to pipeline_text")
+        run.fault.evidence["variant"] = VARIANTS[variant]
+        return one, None
     raise ValueError(f"unknown pipeline variant {variant!r}; known: {', '.join(VARIANTS)}")
 
 

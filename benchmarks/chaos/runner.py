@@ -642,7 +642,15 @@ def run_subprocess(run: Run) -> int:
     if run.spec.kind in SPARK_CLUSTER_KINDS:
         master = cluster_spark.master_url(run)
     config = run.dir / "pipeline.toml"
-    config.write_text(pipeline_text(run.app_id, run.topic, run.spec, master=master))
+    text = pipeline_text(run.app_id, run.topic, run.spec, master=master)
+    if run.spec.variant:
+        from benchmarks.chaos.mutants import apply_variant
+
+        text, transform = apply_variant(run, text)
+        if transform is not None:
+            raise ValueError(f"variant {run.spec.variant!r} needs code between the steps, "
+                             "which a `dedup run` child cannot take")
+    config.write_text(text)
     bootstrap = run.env.kafka.bootstrap_servers
     argv = [str(Path(sys.executable).parent / "dedup"), "run", str(config), "--quiet",
             "--redis-url", run.redis.url, "--bootstrap", bootstrap,

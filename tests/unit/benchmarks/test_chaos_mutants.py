@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from benchmarks.chaos.faults import FAULT_KINDS, FaultOutcome
 from benchmarks.chaos.mutants import PLANS, VARIANTS, caught_by, figures, markdown, schedule
@@ -62,3 +63,22 @@ def test_a_mutant_no_run_catches_is_reported() -> None:
     data = figures([_result(s) for s in specs], 5, {"date": "d"}, len(specs))
     assert data["not_caught"] == ["no_fencing"] and data["mutants_caught"] == 0
     assert "**not caught**" in markdown(data)
+
+
+def test_the_one_pass_variant_switches_the_pipeline_file_to_one_pass(tmp_path: Any) -> None:
+    from types import SimpleNamespace
+
+    from benchmarks.chaos.mutants import apply_variant
+    from benchmarks.chaos.runner import pipeline_text
+    from dedup.cli.config_file import parse_pipeline
+
+    spec = RunSpec(index=3, kind="worker_kill", seed=7, batch=1, point="sink.mid_produce",
+                   variant="one_pass")
+    run = SimpleNamespace(spec=spec, app_id="chaos-3-x", topic="chaos-3-x-out",
+                          fault=FaultOutcome(kind=spec.kind), fp_dir=tmp_path)
+    plain = pipeline_text(run.app_id, run.topic, spec)
+    assert parse_pipeline(plain).table("sink")["one_pass"] is False
+    text, transform = apply_variant(run, plain)  # type: ignore[arg-type]
+    assert transform is None
+    assert parse_pipeline(text).table("sink")["one_pass"] is True
+    assert run.fault.evidence["variant"] == VARIANTS["one_pass"]
