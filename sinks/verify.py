@@ -6,10 +6,11 @@ is :mod:`dedup.verify`, which needs no Kafka client.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from dedup.constants import RECORD_ID_HEADER
 from dedup.verify import VerificationReport, compare
@@ -26,6 +27,32 @@ def read_observed(bootstrap: str, topic: str, id_header: str = RECORD_ID_HEADER,
         raw = record.header(id_header)
         out.append((raw.decode() if raw is not None else None, record.value))
     return out
+
+
+RETRY_SECONDS = 30.0
+"""How long a read is repeated while Kafka answers with a retriable error (a partition
+leader that moved: right after a broker restart the client's metadata is stale)."""
+RETRY_PAUSE_S = 0.5
+# Errors of stale metadata, which librdkafka does not always flag retriable.
+_STALE_METADATA = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION,
+                             KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
+def _high_watermark(consumer: Any, topic: str, partition: int) -> int:
+    """The partition's end for ``consumer``'s isolation level, repeated for up to
+    :data:`RETRY_SECONDS` while Kafka's answer is retriable."""
+    deadline = time.monotonic() + RETRY_SECONDS
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                      timeout=10, cached=False)[1])
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            retriable = bool(getattr(error, "retriable", lambda: False)()) or getattr(
+                error, "code", lambda: None)() in _STALE_METADATA
+            if not retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(RETRY_PAUSE_S)
 
 
 def open_transaction_partitions(bootstrap: str, topic: str,
@@ -47,11 +74,7 @@ def open_transaction_partitions(bootstrap: str, topic: str,
             metadata = consumer.list_topics(topic, timeout=10)
             partitions = sorted(metadata.topics[topic].partitions) \
                 if topic in metadata.topics else []
-            ends[isolation] = {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
-                                                  cached=False)[1]
-                for p in partitions
-            }
+            ends[isolation] = {p: _high_watermark(consumer, topic, p) for p in partitions}
         finally:
             consumer.close()
     return [p for p, high in ends["read_uncommitted"].items()
