@@ -101,3 +101,21 @@ def catalog_holds(client: Any, app_id: str, shard: int, record_id: str) -> bool:
         if any(blob[i:i + 16] == digest for i in range(0, len(blob), 16)):
             return True
     return False
+
+
+INVALID_ID_ROWS: list[tuple[str | None, int]] = [
+    ("a", 1), (None, 2), ("b\nc", 3), ("a", 4), ("", 5), ("d", 6)]
+"""Two valid IDs, one repeated, and a null, a newline-holding and an empty one."""
+
+
+def assert_dead_letter_split(bootstrap: str, out: str, dead: str) -> None:
+    """The output of :data:`INVALID_ID_ROWS` (value = the number): the first "a" and
+    "d" in ``out`` with their IDs, the invalid ones in ``dead`` (read_committed)."""
+    from dedup.constants import RECORD_ID_HEADER
+    from sinks.kafka_io import consume_all
+
+    good = consume_all(bootstrap, out, "read_committed", idle_timeout=2.0)
+    bad = consume_all(bootstrap, dead, "read_committed", idle_timeout=2.0)
+    assert sorted((r.header(RECORD_ID_HEADER) or b"", r.value or b"") for r in good) == [
+        (b"a", b"1"), (b"d", b"6")]
+    assert sorted(r.value or b"" for r in bad) == [b"2", b"3", b"5"]

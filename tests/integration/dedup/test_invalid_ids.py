@@ -18,12 +18,13 @@ import pytest
 
 import sinks
 from dedup import DedupConfig, Deduplicator, RedisConfig
-from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
-from sinks.kafka_io import consume_all, ensure_topic
+from dedup.constants import DEFAULT_ID_COLUMN
+from sinks.kafka_io import ensure_topic
+from tests.integration.dedup.helpers import INVALID_ID_ROWS, assert_dead_letter_split
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.redis]
 
-ROWS = [("a", 1), (None, 2), ("b\nc", 3), ("a", 4), ("", 5), ("d", 6)]
+ROWS = INVALID_ID_ROWS
 
 
 def test_invalid_ids_leave_the_operator_with_a_null_id_and_are_counted(
@@ -70,8 +71,4 @@ def test_invalid_ids_reach_the_dead_letter_topic_and_the_stream_goes_on(
         if query.isActive:
             query.stop()
     assert query.exception() is None, str(query.exception())
-    good = consume_all(kafka_bootstrap, out, "read_committed", idle_timeout=2.0)
-    bad = consume_all(kafka_bootstrap, dead, "read_committed", idle_timeout=2.0)
-    assert sorted((r.header(RECORD_ID_HEADER), r.value) for r in good) == [
-        (b"a", b"1"), (b"d", b"6")]
-    assert sorted(r.value for r in bad) == [b"2", b"3", b"5"]
+    assert_dead_letter_split(kafka_bootstrap, out, dead)

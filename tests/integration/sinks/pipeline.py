@@ -63,21 +63,29 @@ def fill_input(bootstrap: str, app_id: str, records: int = 240, duplicates: int 
     return topics, expected
 
 
+def kafka_stream(spark: Any, bootstrap: str, topic: str, per_trigger: int = 70) -> Any:
+    """``topic`` read ``read_committed`` from the start, ``per_trigger`` records per
+    micro-batch: string ``key`` and ``value``."""
+    from pyspark.sql import functions as sf
+
+    return (spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("kafka.isolation.level", "read_committed")
+            .option("maxOffsetsPerTrigger", str(per_trigger))
+            .load()
+            .select(sf.col("key").cast("string").alias("key"),
+                    sf.col("value").cast("string").alias("value")))
+
+
 def build_stream(spark: Any, bootstrap: str, topics: Topics, app_id: str, redis_url: str,
                  per_trigger: int = 70, transform: Any = None,
                  fail_point_dir: str | None = None) -> Any:
     """The streaming DataFrame in front of the sink: key, value, record ID."""
     from pyspark.sql import functions as sf
 
-    df = (spark.readStream.format("kafka")
-          .option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", topics.source)
-          .option("startingOffsets", "earliest")
-          .option("kafka.isolation.level", "read_committed")
-          .option("maxOffsetsPerTrigger", str(per_trigger))
-          .load()
-          .select(sf.col("key").cast("string").alias("key"),
-                  sf.col("value").cast("string").alias("value")))
+    df = kafka_stream(spark, bootstrap, topics.source, per_trigger)
     try:
         from dedup.ids import with_record_id
 

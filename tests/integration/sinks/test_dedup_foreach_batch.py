@@ -14,6 +14,7 @@ from sinks import DedupKafkaForeachBatch
 from tests.integration.sinks.pipeline import (
     check_exact,
     fill_input,
+    kafka_stream,
     read_output,
     sink_options,
 )
@@ -23,18 +24,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
 
 
 def _stream(spark: Any, bootstrap: str, topic: str, per_trigger: int = 70) -> Any:
-    from pyspark.sql import functions as sf
-
-    df = (spark.readStream.format("kafka")
-          .option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", topic)
-          .option("startingOffsets", "earliest")
-          .option("kafka.isolation.level", "read_committed")
-          .option("maxOffsetsPerTrigger", str(per_trigger))
-          .load()
-          .select(sf.col("key").cast("string").alias("key"),
-                  sf.col("value").cast("string").alias("value")))
-    return with_record_id(df, strategy="column", column="key")
+    return with_record_id(kafka_stream(spark, bootstrap, topic, per_trigger),
+                          strategy="column", column="key")
 
 
 def _run(writer: Any, checkpoint: str) -> Any:
@@ -122,39 +113,32 @@ def test_fused_invalid_ids_reach_the_dead_letter_topic(
         tmp_path: Path) -> None:
     """Null and malformed IDs leave with a null ID for the dead letter, in the same
     transaction; the later copy of "a" (its own payload) is dropped."""
-    import json
-    import os
-
     from pyspark.sql import functions as sf
 
-    from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
-    from sinks.kafka_io import consume_all, ensure_topic
+    from dedup.constants import DEFAULT_ID_COLUMN
+    from sinks.kafka_io import ensure_topic
+    from tests.integration.dedup.helpers import (
+        INVALID_ID_ROWS,
+        assert_dead_letter_split,
+        write_batches,
+    )
 
-    rows = [("a", 1), (None, 2), ("b\nc", 3), ("a", 4), ("", 5), ("d", 6)]
     source = tmp_path / "in"
-    source.mkdir()
-    for batch, part in enumerate([rows[:3], rows[3:]]):
-        path = source / f"{batch}.json"
-        path.write_text("\n".join(json.dumps({"id": rid, "v": v}) for rid, v in part) + "\n")
-        os.utime(path, (1_700_000_000 + batch, 1_700_000_000 + batch))  # read in this order
+    rows = INVALID_ID_ROWS
+    write_batches(source, [rows[:3], rows[3:]])  # type: ignore[list-item]
     out, dead = f"{app_id}-out", f"{app_id}-dead"
     ensure_topic(kafka_bootstrap, out, 1)
     ensure_topic(kafka_bootstrap, dead, 1)
-    stream = (spark.readStream.schema("id string, v int").option("maxFilesPerTrigger", 1)
-              .json(str(source))
-              .select(sf.col("v").cast("string").alias("value"),
-                      sf.col("id").alias(DEFAULT_ID_COLUMN)))
+    stream = (spark.readStream.schema(f"{DEFAULT_ID_COLUMN} string, v int")
+              .option("maxFilesPerTrigger", 1).json(str(source))
+              .select(sf.col("v").cast("string").alias("value"), DEFAULT_ID_COLUMN))
     front = DedupKafkaForeachBatch(
         DedupConfig(app_id, RedisConfig(redis_url), num_shards=2, invalid_ids="dead_letter"),
         {"kafka.bootstrap.servers": kafka_bootstrap, "topic": out, "app.id": app_id,
          "redis.url": redis_url, "dead.letter.topic": dead}, num_partitions=2)
     query = _run(front.write_stream(stream), str(tmp_path / "ck"))
     assert query.exception() is None, str(query.exception())
-    good = consume_all(kafka_bootstrap, out, "read_committed", idle_timeout=2.0)
-    bad = consume_all(kafka_bootstrap, dead, "read_committed", idle_timeout=2.0)
-    assert sorted((r.header(RECORD_ID_HEADER), r.value) for r in good) == [
-        (b"a", b"1"), (b"d", b"6")]
-    assert sorted(r.value for r in bad) == [b"2", b"3", b"5"]
+    assert_dead_letter_split(kafka_bootstrap, out, dead)
     metrics = front.last_metrics  # of the second file: "a" again, "", "d"
     assert metrics is not None
     assert (metrics.kept, metrics.invalid_ids, metrics.duplicates_catalog) == (1, 1, 1)
