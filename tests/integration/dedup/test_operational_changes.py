@@ -242,3 +242,58 @@ def test_app_ids_with_one_metric_name_are_refused(spark: Any, redis_url: str,
     Deduplicator(DedupConfig(dotted, RedisConfig(redis_url))).apply(small_frame(spark))
     with pytest.raises(ConfigError, match=r"metric name"):
         Deduplicator(DedupConfig(underscored, RedisConfig(redis_url))).apply(small_frame(spark))
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("stall", ["dedup.after_claim", "sink.after_checkpoint"])
+@pytest.mark.parametrize("first_one_pass", [False, True], ids=["two-step-then-one-pass",
+                                                               "one-pass-then-two-step"])
+def test_switching_between_two_step_and_one_pass_after_a_partial_batch_is_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
+        tmp_path: Path, first_one_pass: bool, stall: str) -> None:
+    """Batch 1 committed on some sink partitions by one form, finished by the other; the
+    stalled partition had claimed (its decision is replayed) or also checkpointed."""
+    from dedup.config import FailPointConfig
+    from sinks import DedupKafkaForeachBatch
+    from tests.integration.sinks.pipeline import kafka_stream
+
+    sinks.register(spark)
+    faults = str(tmp_path / "faults")
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=400, duplicates=40)
+    dedup_config = DedupConfig(app_id=app_id, redis=RedisConfig(redis_url), num_shards=8,
+                               fail_points=FailPointConfig(faults))
+
+    def writer(one_pass: bool, options: dict[str, str]) -> Any:
+        df = with_record_id(kafka_stream(spark, kafka_bootstrap, topics.source, 150),
+                            strategy="column", column="key")
+        if one_pass:
+            return DedupKafkaForeachBatch(dedup_config, options).write_stream(df)
+        return (Deduplicator(dedup_config).apply(df).writeStream
+                .format("exactly_once_kafka").options(**options))
+
+    # Partition 3 of batch 1 stalls before its Kafka commit; the others commit.
+    arm(faults, stall, "sleep", match={"batch": 1, "partition": 3}, seconds=30)
+    query = (writer(first_one_pass,
+                    sink_options(kafka_bootstrap, topics, app_id, redis_url, faults))
+             .option("checkpointLocation", tmp_checkpoint)
+             .trigger(processingTime="1 second").start())
+    try:
+        assert wait_for(lambda: bool(fired(faults, stall)), timeout=120), \
+            "the stalled fail-point never fired"
+        time.sleep(4.0)  # partitions 0-2 of batch 1 finish their commits
+    finally:
+        query.stop()
+    partial = check_exact(kafka_bootstrap, topics.out, expected)
+    assert partial.lost > 0 and (partial.duplicated, partial.phantoms) == (0, 0)
+    second = (writer(not first_one_pass, sink_options(kafka_bootstrap, topics, app_id,
+                                                      redis_url))
+              .option("checkpointLocation", tmp_checkpoint)
+              .trigger(availableNow=True).start())
+    try:
+        assert second.awaitTermination(150), "the second form did not finish"
+    finally:
+        if second.isActive:
+            second.stop()
+    assert second.exception() is None, second.exception()
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
