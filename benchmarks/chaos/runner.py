@@ -113,6 +113,10 @@ class RunResult:
     # the toolkit's commit the run ran on (a matrix spans sittings and code changes);
     # "" in progress files written before it was recorded
     commit: str = ""
+    # what recovery_s was timed to: "partition" (the killed sink partition's output
+    # committed) or "topic" (the first growth of the topic's committed end); "" in
+    # progress files written before 2026-11-26, whose kill runs were timed to the topic
+    recovery_of: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -747,6 +751,8 @@ def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:
     except Exception as exc:  # a verifier failure fails the run
         result.error = result.error or f"verify: {_first_line(exc)}"
     result.recovery_s = run.recovery_s
+    if run.recovery_s is not None:
+        result.recovery_of = "partition" if run.clock.target is not None else "topic"
     result.duration_s = time.monotonic() - started
     result.outcome = _outcome(run, result)
     return result

@@ -50,3 +50,17 @@ def test_the_target_is_the_killed_partitions_next_uncommitted_batch() -> None:
     assert recovery_target("sink.after_commit", context) == (1, 4)
     assert recovery_target("sink.mid_produce", {"batch": "static", "partition": "1"}) is None
     assert recovery_target("sink.mid_produce", {"batch": "2"}) is None
+
+
+def test_a_kinds_recovery_counts_only_runs_timed_to_the_killed_partition() -> None:
+    from benchmarks.chaos.faults import FaultOutcome
+    from benchmarks.chaos.report import timed_recoveries
+    from benchmarks.chaos.runner import RunResult, RunSpec
+
+    def run(index: int, seconds: float, of: str) -> RunResult:
+        return RunResult(RunSpec(index, "driver_kill", 1, 2, "sink.after_checkpoint"),
+                         FaultOutcome(kind="driver_kill"), recovery_s=seconds, recovery_of=of)
+
+    older = [run(0, 0.4, ""), run(1, 21.0, "")]  # before 2026-11-26: timed to the topic
+    assert timed_recoveries(older) == [0.4, 21.0]
+    assert timed_recoveries([*older, run(2, 24.0, "partition")]) == [24.0]
