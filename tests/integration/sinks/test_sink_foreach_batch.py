@@ -75,3 +75,31 @@ def test_a_fixed_query_id_reused_after_a_checkpoint_reset_is_refused(
         f"the reused query_id was not refused; output: {report.summary()}")
     assert "query.id" in str(second.exception())
     assert check_exact(kafka_bootstrap, topics.out, expected).ok  # nothing of the new input
+
+
+def test_a_failed_query_restarted_in_the_same_process_with_a_new_sink_is_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str) -> None:
+    """A supervisor restarts a failed query from its checkpoint with a fresh sink while
+    the old one is still referenced (Spark's callback server keeps it): the same
+    streaming query, so not a second writer of the output, and not refused. Found by
+    the one-pass chaos run 8 (redis_unreachable): every restart was refused."""
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    options = sink_options(kafka_bootstrap, topics, app_id, redis_url)
+    first = ExactlyOnceKafkaForeachBatch(options)
+
+    def failing(df: Any, batch_id: int) -> None:
+        first(df, batch_id)
+        if batch_id == 1:
+            raise RuntimeError("injected: the driver failed after writing batch 1")
+
+    stream = build_stream(spark, kafka_bootstrap, topics, app_id, redis_url)
+    failed = run_foreach_batch(stream, failing, tmp_checkpoint)
+    assert failed.exception() is not None and "injected" in str(failed.exception())
+    second = ExactlyOnceKafkaForeachBatch(options)  # `first` is still alive: no release()
+    done = run_foreach_batch(build_stream(spark, kafka_bootstrap, topics, app_id, redis_url),
+                             second, tmp_checkpoint)
+    assert done.exception() is None, done.exception()
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
+    assert first is not None
