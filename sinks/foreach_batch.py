@@ -66,18 +66,31 @@ class ExactlyOnceKafkaForeachBatch:
         self._prepared = False
         self._owners: set[str] = set()  # query ids whose output lease this instance took
         self._stop_hooks: set[str] = set()  # Spark query ids whose stop releases it
+        # Spark query id -> the runs of it this instance wrote for
+        self._runs: dict[str, set[str]] = {}
 
-    def claim_output(self) -> None:
+    def claim_output(self, spark_query_id: str | None = None,
+                     run_id: str | None = None) -> None:
         """Register this instance as the writer of its (app_id, output.name) in this process.
 
+        ``spark_query_id`` and ``run_id``: the streaming query run this instance
+        writes for. Another live instance that wrote for the same query in another
+        run is replaced: Spark runs one query id at a time, so that instance
+        belongs to an earlier run (a restart after a failure, with a new sink).
         Raises :class:`OutputNameInUseError` (fatal) when another live instance
-        holds the pair. Safe to repeat on the same instance.
+        holds the pair for another query, or for the same run (two outputs of one
+        batch under one name). Safe to repeat on the same instance.
         """
         key = (self.config.app_id, self.config.output_name)
         with _OUTPUTS_LOCK:
             ref = _OUTPUTS.get(key)
             owner = ref() if ref is not None else None
-            if owner is None:
+            if spark_query_id and run_id:
+                self._runs.setdefault(spark_query_id, set()).add(run_id)
+            earlier_run = (owner is not None and owner is not self and bool(spark_query_id)
+                           and bool(run_id) and spark_query_id in owner._runs
+                           and run_id not in owner._runs[spark_query_id])
+            if owner is None or earlier_run:
                 _OUTPUTS[key] = weakref.ref(self)
                 return
             if owner is self:
@@ -156,7 +169,12 @@ class ExactlyOnceKafkaForeachBatch:
         """Checks before a micro-batch is written: returns its input layout, columns,
         query id and batch id. Raises what the call raises before writing."""
         config = self.config
-        self.claim_output()  # before anything is written: a shared output is refused
+        context = df.sparkSession.sparkContext
+        # Spark runs a micro-batch under the job group of the query's run id.
+        query_id, run_id = (context.getLocalProperty("sql.streaming.queryId"),
+                            context.getLocalProperty("spark.jobGroup.id"))
+        # before anything is written: a shared output is refused
+        self.claim_output(query_id or None, run_id or None)
         if not self._prepared:
             prepare(config)
             if config.strong_productions:
