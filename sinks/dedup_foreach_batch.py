@@ -61,7 +61,7 @@ class DedupKafkaForeachBatch:
         self.dedup = Deduplicator(config, num_partitions, gc_listener=False)
         self.sink = ExactlyOnceKafkaForeachBatch(options)
         self._plan: Any = None
-        self._stop_hooks: set[str] = set()
+        self._held: set[str] = set()
         self.last_metrics: DedupMetrics | None = None
 
     def write_stream(self, df: Any) -> Any:
@@ -96,7 +96,7 @@ class DedupKafkaForeachBatch:
         columns = [c for c in df.columns if c not in HIDDEN]
         layout, _, query_id, batch = self.sink.begin_batch(df.select(*columns), batch_id)
         sink_config = self.sink.config
-        self._release_on_stop(df, query_id)
+        self._hold_lease(df, query_id)
 
         def write(batches: Iterator[Any]) -> Iterator[Any]:
             import pyarrow as pa
@@ -136,10 +136,10 @@ class DedupKafkaForeachBatch:
                 totals[name] = totals.get(name, 0) + value
         self.last_metrics = DedupMetrics.from_observed(totals)
 
-    def _release_on_stop(self, df: Any, query_id: str) -> None:
+    def _hold_lease(self, df: Any, query_id: str) -> None:
         """Keep the dedup app id's lease while the query idles, release it when the
         query stops (as the operator's listener does for its queries)."""
-        if query_id in self._stop_hooks:
+        if query_id in self._held:
             return
         from pyspark.sql import SparkSession
 
@@ -150,7 +150,7 @@ class DedupKafkaForeachBatch:
         if spark is None or spark_query_id != query_id:
             return  # a fixed query.id, or no session that hears the query: the lease lapses
         session_listener(spark).hold(query_id, self.dedup.metric_name, self.dedup.catalog)
-        self._stop_hooks.add(query_id)
+        self._held.add(query_id)
 
     def release(self) -> None:
         """Give up the sink's output (see :meth:`ExactlyOnceKafkaForeachBatch.release`).
