@@ -99,6 +99,20 @@ def fill_with_duplicates(bootstrap: str, topic: str, records: int, dup_rate: flo
 
 def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
                 per_trigger: int, workdir: Path) -> dict[str, Any]:
+    """Run ``variant`` from ``source`` to a fresh output topic to the end; its figures."""
+    tag = uuid.uuid4().hex[:8]
+    out = f"bench-e2e-{variant}-{tag}"
+    ensure_topic(bootstrap, out, INPUT_PARTITIONS)
+    writer = pipeline_writer(spark, variant, bootstrap, redis_url, source, per_trigger, out,
+                             app_id=f"bench-e2e-{variant}-{tag}")
+    writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
+    return _measure(variant, writer, bootstrap, out)
+
+
+def pipeline_writer(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
+                    per_trigger: int, out: str, app_id: str) -> Any:
+    """The ``DataStreamWriter`` of ``variant`` (see the module docstring), reading
+    ``source`` from its start and writing ``out``; no checkpoint location yet."""
     from pyspark.sql import functions as sf
 
     from dedup import deduplicate
@@ -106,55 +120,39 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
     from dedup.constants import RECORD_ID_HEADER
     from sources.kafka import read_kafka
 
-    tag = uuid.uuid4().hex[:8]
-    out = f"bench-e2e-{variant}-{tag}"
-    ensure_topic(bootstrap, out, INPUT_PARTITIONS)
     if variant == "spark_alo":
         df = read_kafka(spark, bootstrap, source, id_strategy="none",
                         max_offsets_per_trigger=per_trigger).select("key", "value")
-        writer = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                  .option("topic", out))
-    elif variant == "dedup_spark_sink":
-        df = read_kafka(spark, bootstrap, source, id_strategy="key",
-                        max_offsets_per_trigger=per_trigger)
-        cfg = DedupConfig(app_id=f"bench-e2e-{variant}-{tag}", redis=RedisConfig(url=redis_url))
+        return (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                .option("topic", out))
+    df = read_kafka(spark, bootstrap, source, id_strategy="key",
+                    max_offsets_per_trigger=per_trigger)
+    cfg = DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url))
+    if variant == "dedup_spark_sink":
         df = deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS).select(
             "key", "value", sf.col("_record_id").cast("binary").alias("rid"))
         # carry the record ID as a header, as our sink does, so outputs can be audited
         df = df.select("key", "value", sf.array(sf.struct(
             sf.lit(RECORD_ID_HEADER).alias("key"), sf.col("rid").alias("value"))
         ).alias("headers"))
-        writer = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                  .option("topic", out).option("includeHeaders", "true"))
-    else:
-        app_id = f"bench-e2e-{variant}-{tag}"
-        df = read_kafka(spark, bootstrap, source, id_strategy="key",
-                        max_offsets_per_trigger=per_trigger)
-        cfg = DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url))
-        if variant == "eos_fused":
-            from sinks import deduplicate_to_kafka
+        return (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                .option("topic", out).option("includeHeaders", "true"))
+    sink_options = {"kafka.bootstrap.servers": bootstrap, "topic": out, "app.id": app_id,
+                    "redis.url": redis_url}
+    if variant == "eos_fused":
+        from sinks import deduplicate_to_kafka
 
-            writer = deduplicate_to_kafka(df.select("key", "value", "_record_id"), cfg, {
-                "kafka.bootstrap.servers": bootstrap, "topic": out, "app.id": app_id,
-                "redis.url": redis_url}, num_partitions=SHUFFLE_PARTITIONS)
-            writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
-            return _measure(variant, writer, bootstrap, out)
-        df = deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS)
-        if variant == "eos_foreach_batch":
-            from sinks import ExactlyOnceKafkaForeachBatch
+        return deduplicate_to_kafka(df.select("key", "value", "_record_id"), cfg, sink_options,
+                                    num_partitions=SHUFFLE_PARTITIONS)
+    df = deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS)
+    if variant == "eos_foreach_batch":
+        from sinks import ExactlyOnceKafkaForeachBatch
 
-            sink = ExactlyOnceKafkaForeachBatch({
-                "kafka.bootstrap.servers": bootstrap, "topic": out, "app.id": app_id,
-                "redis.url": redis_url})
-            writer = df.select("key", "value", "_record_id").writeStream.foreachBatch(sink)
-        else:
-            writer = (df.select("key", "value", "_record_id").writeStream
-                      .format("exactly_once_kafka")
-                      .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
-                      .option("app.id", app_id).option("redis.url", redis_url)
-                      .option("strong.productions", str(variant == "eos_strong").lower()))
-    writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
-    return _measure(variant, writer, bootstrap, out)
+        return df.select("key", "value", "_record_id").writeStream.foreachBatch(
+            ExactlyOnceKafkaForeachBatch(sink_options))
+    return (df.select("key", "value", "_record_id").writeStream.format("exactly_once_kafka")
+            .options(**sink_options)
+            .option("strong.productions", str(variant == "eos_strong").lower()))
 
 
 def _measure(variant: str, writer: Any, bootstrap: str, out: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Plots, the markdown table and the summary keys from the benchmark JSON files.
 
 Reads whatever of ``bloom.json``, ``operators.json``, ``e2e.json``,
-``growth.json``, ``profile_operator.json`` and ``sink.json`` exist in
+``growth.json``, ``profile_operator.json``, ``sink.json``, ``restart.json`` and the
+cluster benchmarks' files exist in
 ``benchmarks/results/``, writes ``*.png`` (matplotlib, Agg), ``README.md``
 (date and machine from the results' metadata) and merges the headline
 figures into ``summary.json``. Safe to repeat; reads only files.
@@ -31,6 +32,8 @@ HEADLINES = {
     "kafka_cluster": ("eos_sink_kafka3_over_kafka1", "spark_sink_kafka3_over_kafka1",
                       "eos_sink_over_spark_kafka_sink_kafka3"),
     "spark_cluster": ("dedup_spark_standalone_over_local",),
+    "restart": ("driver_restart_eos_over_alo", "driver_restart_eos_fused_over_alo",
+                "cold_start_eos_over_alo", "cold_start_eos_fused_over_alo"),
     "sink": ("eos_sink_over_spark_kafka_sink", "eos_weak_sink_over_spark_kafka_sink",
              "eos_sink_over_python_alo_sink", "python_alo_sink_over_spark_kafka_sink"),
 }
@@ -130,6 +133,24 @@ def plots(data: dict[str, dict[str, Any]], results: Path = RESULTS_DIR) -> list[
         fig.savefig(results / "growth.png", dpi=110)
         plt.close(fig)
         written.append("growth.png")
+    if "restart" in data:
+        median = data["restart"]["median_s"]
+        names = list(median)
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        for offset, key, label in ((-0.2, "cold_start_s", "cold start"),
+                                   (0.2, "restart_s", "restart after SIGKILL")):
+            values = [median[v][key] for v in names]
+            ax.barh([i + offset for i in range(len(names))], values, height=0.4, label=label)
+            for i, value in enumerate(values):
+                ax.text(value, i + offset, f" {value:.1f} s", va="center")
+        ax.set_yticks(range(len(names)), names)
+        ax.set_xlabel("seconds to the first committed output (median)")
+        ax.set_title("Driver start and restart, Kafka -> Kafka, local[2]")
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        fig.savefig(results / "restart.png", dpi=110)
+        plt.close(fig)
+        written.append("restart.png")
     return written
 
 
@@ -214,6 +235,12 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         ("eos_sink_over_spark_kafka_sink_kafka3", "reported (sink alone, on 3 brokers)", ""),
         ("dedup_spark_standalone_over_local",
          "reported (Spark standalone 2x1 core vs local[2], one machine)", ""),
+        ("driver_restart_eos_over_alo",
+         "reported (driver SIGKILL to next output, vs Spark's own pipeline; lower is better)",
+         ""),
+        ("driver_restart_eos_fused_over_alo", "reported (the same, one pass)", ""),
+        ("cold_start_eos_over_alo", "reported (launch to first output, vs Spark's own)", ""),
+        ("cold_start_eos_fused_over_alo", "reported (the same, one pass)", ""),
     ]
     for key, bar, status in bars:
         if key in figures:
@@ -327,6 +354,18 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
                   f"{prof['level']}: {prof['us_per_row']} us/row "
                   f"({prof['rows_per_s_one_core']:,.0f} rows/s on one core); share of time: "
                   f"{json.dumps(prof['share_of_profiled_time'])}."]
+    if "restart" in data:
+        rs = data["restart"]
+        setup = rs["setup"]
+        lines += ["", "## Driver restart, Kafka to Kafka" + _ran(rs), "",
+                  f"{setup['records']:,} records, {setup['per_trigger']:,} per trigger, "
+                  f"local[2]; {setup['measured']}.", "",
+                  "| variant | run | cold start s | restart s | records out | duplicates |",
+                  "|---|---|---|---|---|---|"]
+        for r in rs["runs"]:
+            lines.append(f"| {r['variant']} | {r['repeat'] + 1} | {r['cold_start_s']} | "
+                         f"{r['restart_s']} | {r['records_out']:,} | {r['duplicates_out']:,} |")
+        lines += ["", "![restart](restart.png)"]
     chaos = RESULTS_DIR / "chaos.md"
     if chaos.exists():
         lines += ["", "## Chaos matrix (`python -m benchmarks.chaos`)", "",
@@ -344,7 +383,7 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
 def main() -> dict[str, Any]:
     data = {name: d for name in ("bloom", "operators", "e2e", "growth", "profile_operator",
                                  "sink", "dedup_quick", "redis_cluster",
-                                 "kafka_cluster", "spark_cluster")
+                                 "kafka_cluster", "spark_cluster", "restart")
             if (d := load(name)) is not None}
     figures = summary_figures(data)
     merge_summary(figures)

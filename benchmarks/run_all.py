@@ -6,7 +6,8 @@ catalog growth, operator profile, the quick dedup throughput check, dedup
 throughput against Spark's operators, the sink alone against Spark's Kafka
 sink, end to end Kafka to Kafka, the operator on a Redis replica and a Redis
 Cluster against one Redis, both sinks on three Kafka brokers against one, the
-operator on a Spark standalone cluster against ``local[2]``. Then :mod:`benchmarks.report` writes
+operator on a Spark standalone cluster against ``local[2]``, a driver's
+restart against Spark's own pipeline's. Then :mod:`benchmarks.report` writes
 the plots, ``results/README.md`` and the ``summary.json`` keys. A failing
 benchmark is reported and the others still run; the exit status is 1 then.
 """
@@ -23,7 +24,7 @@ from benchmarks.common import run_metadata, write_json
 
 STEPS = ("bench_bloom", "bench_growth", "profile_operator", "bench_dedup", "bench_operators",
          "bench_sink", "bench_e2e", "bench_redis_cluster", "bench_kafka_cluster",
-         "bench_spark_cluster")
+         "bench_spark_cluster", "bench_restart")
 
 
 def main(argv: list[str] | None = None) -> int:

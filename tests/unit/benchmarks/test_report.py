@@ -43,6 +43,15 @@ def _data() -> dict[str, dict[str, Any]]:
                   "bloom_fp_observed_over_configured": 1.7,
                   "bloom_bits_per_id_over_theory": 1.0,
                   "redis_roundtrips_per_shard_batch": 1.2},
+        "restart": {"metadata": META, "setup": {"records": 10, "per_trigger": 5,
+                                                "measured": "test"},
+                    "runs": [{"variant": v, "repeat": 0, "cold_start_s": c, "restart_s": r,
+                              "records_out": 10, "duplicates_out": 0}
+                             for v, c, r in (("spark_alo", 10.0, 8.0),
+                                             ("eos_strong", 20.0, 16.0))],
+                    "median_s": {"spark_alo": {"cold_start_s": 10.0, "restart_s": 8.0},
+                                 "eos_strong": {"cold_start_s": 20.0, "restart_s": 16.0}},
+                    "driver_restart_eos_over_alo": 2.0, "cold_start_eos_over_alo": 2.0},
     }
 
 
@@ -56,7 +65,9 @@ def test_summary_keys_and_bars(tmp_path: Path) -> None:
     assert "| `dedup_over_dropduplicates_rocksdb` | 1.2 | >= 1.0x (goal 3x) | met (goal 3.0x" \
         in text
     assert "MISSED by 13%" in text  # FP 1.7x against the 1.5x bar
-    assert report.plots(data, tmp_path) == ["bloom.png", "operators.png"]
+    assert figures["driver_restart_eos_over_alo"] == 2.0
+    assert "| eos_strong | 1 | 20.0 | 16.0 | 10 | 0 |" in text
+    assert report.plots(data, tmp_path) == ["bloom.png", "operators.png", "restart.png"]
     assert (tmp_path / "bloom.png").stat().st_size > 0
 
 
