@@ -105,3 +105,39 @@ def test_run_reads_a_sasl_ssl_source_and_dedups_it_exactly(
     assert (report.lost, report.duplicated, report.phantoms, report.mismatched,
             report.open_transactions) == (0, 0, 0, 0, 0)
     assert_no_secret([result], cache, [KAFKA_PASSWORD, PASSWORD])
+
+
+def test_verify_and_txn_connect_with_the_pipeline_files_security_settings(
+        secured_kafka: KafkaBroker, app_id: str, tmp_path: Path) -> None:
+    """``dedup verify`` and ``dedup txn`` take the Kafka security settings of the
+    pipeline file that ran (``--config``): an audit of a secured topic must not need
+    the password on the command line, and must not report a connection failure as
+    anything else."""
+    from confluent_kafka import Producer
+
+    from dedup.constants import RECORD_ID_HEADER
+    from sinks.kafka_io import ensure_topic
+
+    config = _secured_pipeline(secured_kafka, app_id, tmp_path)
+    bootstrap, topic = secured_kafka.bootstrap_servers, f"{app_id}-audited"
+    ensure_topic(bootstrap, topic, 1, client_config=secured_kafka.client_config)
+    producer = Producer({"bootstrap.servers": bootstrap, **secured_kafka.client_config})
+    for rid in ("a", "b", "b"):  # one repeated record ID
+        producer.produce(topic, value=f"value-{rid}".encode(),
+                         headers=[(RECORD_ID_HEADER, rid.encode())])
+    assert producer.flush(30) == 0
+    cache = tmp_path / "cache"
+
+    plain = run_dedup(["verify", "--topic", topic, "--bootstrap", bootstrap], cache, 120)
+    assert plain.returncode != 0 and "--config" in plain.stderr, plain.stderr
+
+    audit = run_dedup(["verify", "--config", str(config), "--topic", topic,
+                       "--bootstrap", bootstrap], cache, 120)
+    assert audit.returncode == 1, f"{audit.stdout}\n{audit.stderr}"
+    assert "duplicated 1," in audit.stdout and "FAILED" in audit.stdout, audit.stdout
+
+    txn = run_dedup(["txn", "list", "--config", str(config), "--bootstrap", bootstrap],
+                    cache, 120)
+    assert txn.returncode == 0, f"{txn.stdout}\n{txn.stderr}"
+    assert f"no sink transactions found for app id {app_id}" in txn.stdout, txn.stdout
+    assert_no_secret([plain, audit, txn], cache, [KAFKA_PASSWORD])
