@@ -56,6 +56,49 @@ def resolve_bootstrap(flag: str | None) -> str:
     return bootstrap
 
 
+@dataclass(frozen=True)
+class SinkKafka:
+    """The sink's Kafka as the commands that only talk to it (``verify``, ``txn``)
+    reach it. ``security`` holds secrets: never print it."""
+
+    bootstrap: str
+    security: dict[str, Any]  # librdkafka security, SASL and TLS settings; {} for none
+    pipeline: PipelineFile | None
+    what: str  # what to fix when Kafka cannot be reached
+
+    @property
+    def client_config(self) -> dict[str, Any]:
+        """Settings of the command's own clients: quiet, and ``security``."""
+        from dedup.cli.checks import QUIET_KAFKA
+
+        return {**QUIET_KAFKA, **self.security}
+
+    def check(self) -> None:
+        """Refuse, naming the fix, when Kafka does not answer (:func:`check_kafka`)."""
+        check_kafka(self.bootstrap, what=self.what, client_config=self.security or None)
+
+
+def sink_kafka(config: str | None, bootstrap: str | None) -> SinkKafka:
+    """``--bootstrap``, else the pipeline file's ``sink.bootstrap_servers``, else the
+    local services; with a pipeline file (``--config``), the security, SASL and TLS
+    settings of its ``[sink.options]``, so an audit connects as the sink did."""
+    from dedup.cli.config_file import load_pipeline
+
+    if not config:
+        return SinkKafka(resolve_bootstrap(bootstrap), {}, None,
+                         "--bootstrap (a secured Kafka: --config with the pipeline file, "
+                         "whose [sink.options] hold its kafka.security/sasl/ssl settings)")
+    pipeline = load_pipeline(config)
+    address = resolve_addresses(pipeline, bootstrap=bootstrap).sink_bootstrap
+    if not address:
+        raise ConfigError(f"no Kafka address: set sink.bootstrap_servers in {config}, pass "
+                          "--bootstrap host:port or start the local services with "
+                          "'dedup services up'")
+    return SinkKafka(address, sink_client_settings(pipeline), pipeline,
+                     f"sink.bootstrap_servers (or --bootstrap) and the kafka.* security "
+                     f"options of [sink.options] in {config}")
+
+
 def resolve_redis_url(flag: str | None) -> str:
     """``--redis-url``, else the local services' Redis; refused when neither is there."""
     from dedup.local.lasting import service_addresses

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dedup.cli.checks import QUIET_KAFKA, check_kafka
-from dedup.cli.pipeline import resolve_bootstrap
+from dedup.cli.pipeline import sink_kafka
 from dedup.config import validate_app_id
 
 
@@ -18,9 +17,13 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
                     "writers; run it only while the pipeline is stopped).",
     )
     parser.add_argument("action", choices=["list", "abort"])
-    parser.add_argument("--app-id", help="the pipeline's app id (required)")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local "
-                        "services of 'dedup services up')")
+    parser.add_argument("--app-id", help="the pipeline's app id (default: app_id of --config; "
+                        "one of them is required)")
+    parser.add_argument("--config", help="the pipeline file: its app id, its sink's Kafka "
+                        "address and [sink.options] security settings (SASL, TLS)")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: "
+                        "sink.bootstrap_servers of --config, else the local services of "
+                        "'dedup services up')")
     parser.add_argument("--partitions", type=int, default=0,
                         help="also include sink partitions 0..N-1 even without a marker")
     parser.set_defaults(handler=txn_command)
@@ -29,12 +32,12 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
 def txn_command(args: argparse.Namespace) -> int:
     from sinks.admin import abort_transactions, list_transactions
 
-    app_id = validate_app_id(args.app_id)
-    bootstrap = resolve_bootstrap(args.bootstrap)
-    check_kafka(bootstrap, what="--bootstrap")
+    kafka = sink_kafka(args.config, args.bootstrap)
+    app_id = validate_app_id(args.app_id or (kafka.pipeline.app_id if kafka.pipeline else None))
+    kafka.check()
     if args.action == "list":
-        found = list_transactions(bootstrap, app_id, probe_partitions=args.partitions,
-                                  client_config=QUIET_KAFKA)
+        found = list_transactions(kafka.bootstrap, app_id, probe_partitions=args.partitions,
+                                  client_config=kafka.client_config)
         if not found:
             print(f"no sink transactions found for app id {app_id}")
         for txn in found:
@@ -43,7 +46,8 @@ def txn_command(args: argparse.Namespace) -> int:
             print(f"{txn.transactional_id}  partition {txn.partition}  {marker}")
         return 0
     partitions = list(range(args.partitions)) if args.partitions else None
-    done = abort_transactions(bootstrap, app_id, partitions, client_config=QUIET_KAFKA)
+    done = abort_transactions(kafka.bootstrap, app_id, partitions,
+                              client_config=kafka.client_config)
     print(f"aborted open transactions (if any) of {len(done)} transactional id(s)"
           + (f": {', '.join(done)}" if done else ""))
     return 0

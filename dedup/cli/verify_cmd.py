@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dedup.cli.checks import QUIET_KAFKA, check_kafka
-from dedup.cli.pipeline import resolve_bootstrap
+from dedup.cli.pipeline import sink_kafka
 from dedup.constants import RECORD_ID_HEADER
 from dedup.exceptions import ConfigError
 
@@ -21,9 +20,13 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
                     "lost, duplicated and unknown record IDs against an expected ID file, or, "
                     "without one, repeated record IDs. Exit 1 when anything is wrong.",
     )
-    parser.add_argument("--topic", required=True, help="topic to audit")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local "
-                        "services of 'dedup services up')")
+    parser.add_argument("--topic", help="topic to audit (default: sink.topic of --config)")
+    parser.add_argument("--config", help="the pipeline file that wrote the topic: its sink's "
+                        "Kafka address and [sink.options] security settings (SASL, TLS) are "
+                        "used, its sink.topic is the default topic")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: "
+                        "sink.bootstrap_servers of --config, else the local services of "
+                        "'dedup services up')")
     parser.add_argument("--expected", help="file of expected record IDs, one per line "
                         "('#' comments and blank lines ignored)")
     parser.add_argument("--id-header", default=RECORD_ID_HEADER,
@@ -44,16 +47,20 @@ def read_expected_ids(path: str) -> set[str]:
 def verify_command(args: argparse.Namespace) -> int:
     from sinks.verify import verify_topic
 
-    bootstrap = resolve_bootstrap(args.bootstrap)
+    kafka = sink_kafka(args.config, args.bootstrap)
+    topic = args.topic or (kafka.pipeline.table("sink")["topic"] if kafka.pipeline else "")
+    if not topic:
+        raise ConfigError("no topic to audit: pass --topic, or --config with a pipeline file "
+                          "that sets sink.topic")
     expected = read_expected_ids(args.expected) if args.expected else None
-    check_kafka(bootstrap, what="--bootstrap")
-    report = verify_topic(bootstrap, args.topic, expected, id_header=args.id_header,
-                          compare_payloads=False, client_config=QUIET_KAFKA)
+    kafka.check()
+    report = verify_topic(kafka.bootstrap, topic, expected, id_header=args.id_header,
+                          compare_payloads=False, client_config=kafka.client_config)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     else:
         mode = "against expected IDs" if expected is not None else "for repeated record IDs"
-        print(f"verify {args.topic} {mode}: {report.summary()}")
+        print(f"verify {topic} {mode}: {report.summary()}")
         for kind, sample in sorted(report.samples.items()):
             if sample:
                 print(f"  {kind} (first {len(sample)}): {', '.join(sample)}")
