@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from dedup.cli.config_file import SYNTHETIC_KEYS, load_pipeline
 from dedup.cli.main import main
 from dedup.cli.run import EXIT_INCOMPLETE
+from sources.synthetic_rows import SyntheticOptions, expected_output
 from tests.integration.cli.example import example_config
 from tests.integration.cli.jars import jar_env
 
@@ -39,6 +41,13 @@ def test_a_finite_run_cut_short_says_so_and_resumes(redis_url: str, kafka_bootst
     assert "lost 0, duplicated 0, phantoms 0, mismatched 0, open transactions 0" in full.stdout
 
 
+def _duplicates(config: Path) -> int:
+    """Duplicates in the input of the pipeline file ``config`` (a synthetic source)."""
+    src = load_pipeline(config).table("source")
+    distinct = len(expected_output(SyntheticOptions(**{k: src[k] for k in SYNTHETIC_KEYS})))
+    return int(src["total_rows"]) - distinct
+
+
 def test_example_pipeline_runs_exactly_once(redis_url: str, kafka_bootstrap: str, app_id: str,
                                             tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,6 +65,7 @@ def test_example_pipeline_runs_exactly_once(redis_url: str, kafka_bootstrap: str
     assert re.search(r"batch \d+: 2000 records in", out), out  # progress lines
     assert f"dedup run {app_id}: 5 batches, 10000 records in" in out
     assert "lost 0, duplicated 0, phantoms 0, mismatched 0, open transactions 0" in out
+    assert f"10000 records in, {_duplicates(config)} duplicates dropped," in out, out
     assert (tmp_path / "cache" / "runs" / app_id / "checkpoint").is_dir()
 
     assert main(["txn", "list", "--app-id", app_id, "--bootstrap", kafka_bootstrap]) == 0
@@ -86,3 +96,5 @@ def test_example_pipeline_in_one_pass_runs_exactly_once(redis_url: str, kafka_bo
     assert result.returncode == 0, f"stdout:\n{out}\nstderr:\n{result.stderr}"
     assert f"dedup run {app_id}: 5 batches, 10000 records in" in out
     assert "lost 0, duplicated 0, phantoms 0, mismatched 0, open transactions 0" in out
+    # the one-pass step's counts reach the run's report as the operator's do
+    assert f"10000 records in, {_duplicates(config)} duplicates dropped," in out, out
