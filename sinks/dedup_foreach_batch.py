@@ -35,6 +35,8 @@ SHARD, PROBLEM, BATCH_TIME, EVENT_SECONDS = ("_dedup_shard", "_dedup_problem",
                                              "_dedup_batch_time", "_dedup_event_seconds")
 HIDDEN = (SHARD, PROBLEM, BATCH_TIME, EVENT_SECONDS)
 FUSED_SCHEMA = WRITTEN_SCHEMA + ", metrics string"
+RECENT_BATCHES = 64
+"""How many micro-batches' dedup counts :meth:`DedupKafkaForeachBatch.batch_metrics` keeps."""
 
 
 class DedupKafkaForeachBatch:
@@ -63,6 +65,7 @@ class DedupKafkaForeachBatch:
         self._plan: Any = None
         self._held: set[str] = set()
         self.last_metrics: DedupMetrics | None = None
+        self._recent: dict[int, DedupMetrics] = {}
 
     def write_stream(self, df: Any) -> Any:
         """``df.writeStream`` with this function as its ``foreachBatch``.
@@ -135,6 +138,19 @@ class DedupKafkaForeachBatch:
             for name, value in json.loads(row["metrics"]).items():
                 totals[name] = totals.get(name, 0) + value
         self.last_metrics = DedupMetrics.from_observed(totals)
+        self._recent[batch_id] = self.last_metrics
+        for old in sorted(self._recent)[:-RECENT_BATCHES]:
+            del self._recent[old]
+
+    def batch_metrics(self, batch_id: int) -> DedupMetrics | None:
+        """The dedup counts of micro-batch ``batch_id`` if it is among the last
+        :data:`RECENT_BATCHES` this function wrote, else None. Safe to repeat.
+
+        A one-pass query has no ``observedMetrics`` of the dedup step (the
+        decision runs in a job of its own inside ``foreachBatch``): read its
+        counts here, by the ``batchId`` of its progress reports.
+        """
+        return self._recent.get(batch_id)
 
     def _hold_lease(self, df: Any, query_id: str) -> None:
         """Keep the dedup app id's lease while the query idles, release it when the

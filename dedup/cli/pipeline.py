@@ -242,11 +242,14 @@ def sink_frame(frame: DataFrame, pipeline: PipelineFile, carry: list[str] | None
 
 def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresses,
                 checkpoint: str, fail_point_dir: str | None = None,
-                transform: Callable[[DataFrame], DataFrame] | None = None) -> StreamingQuery:
+                transform: Callable[[DataFrame], DataFrame] | None = None,
+                watcher: QueryWatcher | None = None) -> StreamingQuery:
     """Build the pipeline and start it from ``checkpoint`` (resumes when it exists).
 
     ``transform`` is user code between the dedup step and the sink (the chaos
-    runner's non-deterministic step); the pipeline file has none.
+    runner's non-deterministic step); the pipeline file has none. A
+    ``watcher`` of the query is given the one-pass step's counts, which
+    Spark's progress reports do not carry.
     """
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
@@ -297,8 +300,11 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
         if fail_point_dir:
             options["fail.point.dir"] = fail_point_dir
         if one_pass:
-            writer = sinks.deduplicate_to_kafka(
-                out, dedup_config(pipeline, addresses.redis_url, fail_point_dir), options)
+            one_pass_sink = sinks.DedupKafkaForeachBatch(
+                dedup_config(pipeline, addresses.redis_url, fail_point_dir), options)
+            writer = one_pass_sink.write_stream(out)
+            if watcher is not None:
+                watcher.batch_metrics = one_pass_sink.batch_metrics
         else:
             writer = out.writeStream.format("exactly_once_kafka").options(**options)
     writer = writer.option("checkpointLocation", checkpoint).queryName(pipeline.app_id)

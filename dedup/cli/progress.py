@@ -9,7 +9,10 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from dedup.metrics import DedupMetrics
 
 
 class Progress:
@@ -53,6 +56,8 @@ class QueryWatcher:
         self.dropped = 0
         self.kept = 0
         self.have_metrics = False
+        # counts of a dedup step that reports none in observedMetrics (one pass)
+        self.batch_metrics: Callable[[int], DedupMetrics | None] | None = None
         self.seen: set[tuple[str, int, str]] = set()
         self.rows = 0
         self.batches = 0
@@ -106,12 +111,14 @@ class QueryWatcher:
         return time.monotonic() - self.idle_since
 
     def _dedup_part(self, raw: dict[str, Any]) -> str:
-        row = (raw.get("observedMetrics") or {}).get(self.metric) if self.metric else None
-        if row is None:
-            return ""
         from dedup.metrics import DedupMetrics
 
-        metrics = DedupMetrics.from_observed(row)
+        row = (raw.get("observedMetrics") or {}).get(self.metric) if self.metric else None
+        metrics = DedupMetrics.from_observed(row) if row is not None else None
+        if metrics is None and self.batch_metrics is not None:
+            metrics = self.batch_metrics(int(raw.get("batchId", -1)))
+        if metrics is None:
+            return ""
         self.have_metrics = True
         self.dropped += metrics.duplicates_dropped
         self.kept += metrics.kept

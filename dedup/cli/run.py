@@ -145,7 +145,7 @@ def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint
     run = pipeline.table("run")
     started = time.monotonic()
     watcher = QueryWatcher(progress, metric=metric_name(pipeline.app_id))
-    query = start_query(spark, pipeline, addresses, checkpoint)
+    query = start_query(spark, pipeline, addresses, checkpoint, watcher=watcher)
     max_seconds = args.max_seconds if args.max_seconds is not None else run["max_seconds"]
     idle = run["stop_after_idle_seconds"]
 

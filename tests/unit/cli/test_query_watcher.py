@@ -53,3 +53,25 @@ def test_starting_up_is_not_idleness() -> None:
     watcher.idle_since -= 100.0
     watcher.poll(query)
     assert watcher.idle_seconds() > 99.0  # from the first report on, idle time counts
+
+
+def test_counts_of_a_one_pass_step_come_by_batch_id() -> None:
+    # A one-pass query's reports carry no observedMetrics of the dedup step:
+    # its counts are asked for by the batch id of each report with input.
+    from dedup.metrics import DedupMetrics
+
+    counts = {3: DedupMetrics.from_observed({"kept": 90, "duplicates_catalog": 10}),
+              5: DedupMetrics.from_observed({"kept": 40, "duplicates_in_batch": 2})}
+    asked: list[int] = []
+
+    def batch_metrics(batch: int) -> DedupMetrics | None:
+        asked.append(batch)
+        return counts.get(batch)
+
+    watcher = QueryWatcher(Progress(quiet=True), metric="dedup_app")
+    watcher.batch_metrics = batch_metrics
+    watcher.poll(_Query([_report(3, "2026-11-23T20:00:00.000Z", 100),
+                         _report(4, "2026-11-23T20:00:05.000Z", 0),
+                         _report(5, "2026-11-23T20:00:06.000Z", 42)]))
+    assert asked == [3, 5]  # the trigger without input is not asked about
+    assert (watcher.have_metrics, watcher.kept, watcher.dropped) == (True, 130, 12)
