@@ -103,6 +103,14 @@ def late_mask(config: DedupConfig, event_seconds: np.ndarray | None,
         return np.asarray(event_seconds < cutoff, dtype=bool)  # NaN (null) is not late
 
 
+def batch_clock(config: DedupConfig, batch_time: float, batch_id: str, partition: int) -> float:
+    """The clock a partition's decisions read: the micro-batch's time (Spark's batch
+    timestamp, the same in every attempt), moved by the ``dedup.batch_clock``
+    fail-point's skew in tests."""
+    return batch_time + clock_offset("dedup.batch_clock", config.fail_points.directory,
+                                     batch=batch_id, partition=partition, now=batch_time)
+
+
 def decide_partition(config: DedupConfig, ids: Sequence[Any] | np.ndarray, shards: np.ndarray,
                      query_id: str, batch_id: str, lease_owner: str, partition: int,
                      claimer: ShardClaimer | None = None, now: float | None = None,
@@ -233,9 +241,7 @@ class PartitionStep:
         ids = np.concatenate(columns[0])
         shards = np.concatenate(columns[1])
         problems = np.concatenate(columns[2])
-        now = float(columns[3][0][0])
-        now += clock_offset("dedup.batch_clock", self.config.fail_points.directory,
-                            batch=batch_id, partition=partition, now=now)
+        now = batch_clock(self.config, float(columns[3][0][0]), str(batch_id), partition)
         event_seconds = (np.concatenate(columns[4]).astype(np.float64, copy=False)
                          if len(columns) > 4 else None)
         return decide_partition(

@@ -181,16 +181,13 @@ def keep_rows(config: DedupConfig, received: list[Any], columns: list[str], quer
     (query, batch) decides the same: the claims replay their recorded decisions."""
     import pyarrow as pa
 
-    from dedup.failpoints import clock_offset
     from dedup.metrics import INVALID_ID, KEPT, STATUS, partition_metrics
-    from dedup.partition_step import decide_partition
+    from dedup.partition_step import batch_clock, decide_partition
 
     if not received:
         return [], {}
     table = pa.Table.from_batches(received)
-    now = float(table.column(BATCH_TIME)[0].as_py())
-    now += clock_offset("dedup.batch_clock", config.fail_points.directory,
-                        batch=str(batch), partition=partition, now=now)
+    now = batch_clock(config, float(table.column(BATCH_TIME)[0].as_py()), str(batch), partition)
     result = decide_partition(
         config, table.column(config.id_column).to_numpy(zero_copy_only=False),
         table.column(SHARD).to_numpy(), query_id, str(batch), query_id, partition,

@@ -176,3 +176,18 @@ def test_mutant_is_off_without_a_folder_and_on_with_its_file(
 def test_jar_artifact_names() -> None:
     assert _artifact("kafka-clients-3.9.0.jar") == "kafka-clients"
     assert _artifact("hadoop-client-api-3.4.1.jar") == "hadoop-client-api"
+
+
+def test_both_dedup_paths_read_the_batch_clock_with_its_skew(tmp_path: Path) -> None:
+    # The operator's step and the one-pass writer both call batch_clock: Spark's
+    # batch time, moved by an armed dedup.batch_clock skew for the batch's partition.
+    from dedup.config import DedupConfig, FailPointConfig
+    from dedup.partition_step import batch_clock
+
+    config = DedupConfig(app_id="clock", fail_points=FailPointConfig(str(tmp_path)))
+    assert batch_clock(config, 1000.0, "3", 1) == 1000.0
+    arm(tmp_path, "dedup.batch_clock", "skew", match={"partition": 1}, seconds=-60,
+        from_batch=3)
+    assert batch_clock(config, 1000.0, "2", 1) == 1000.0
+    assert batch_clock(config, 1000.0, "3", 0) == 1000.0
+    assert batch_clock(config, 1000.0, "3", 1) == 940.0
