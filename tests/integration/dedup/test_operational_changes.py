@@ -297,3 +297,37 @@ def test_switching_between_two_step_and_one_pass_after_a_partial_batch_is_exact(
     assert second.exception() is None, second.exception()
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert report.ok and report.open_transactions == 0, report.summary()
+
+
+@pytest.mark.kafka
+def test_a_renamed_app_id_on_the_same_checkpoint_is_refused(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str) -> None:
+    """The dedup app id changed, the checkpoint kept: the query would go on from an
+    empty catalog, and every record emitted under the old app id could pass again."""
+    from confluent_kafka import Producer
+
+    from tests.integration.sinks.pipeline import build_stream
+
+    sinks.register(spark)
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=120, duplicates=0)
+    options = sink_options(kafka_bootstrap, topics, app_id, redis_url)
+    run_to_end(build_stream(spark, kafka_bootstrap, topics, app_id, redis_url), options,
+               tmp_checkpoint)
+    # The first 30 records again (a producer's retries), each copy with its own value.
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(30):
+        producer.produce(topics.source, key=f"id-{i:05d}".encode(),
+                         value=f"value-{i}-copy".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    renamed = f"{app_id}-renamed"
+    refusal = ""
+    try:
+        run_to_end(build_stream(spark, kafka_bootstrap, topics, renamed, redis_url), options,
+                   tmp_checkpoint)
+    except AssertionError as exc:
+        refusal = str(exc)
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), report.summary()
+    assert f"app id '{renamed}' joins streaming query" in refusal, refusal[:2000]
+    assert f"deduplicated with app id '{app_id}' since batch 0" in refusal, refusal[:2000]
