@@ -22,6 +22,8 @@ call stays within one Redis Cluster slot:
                               app id's lease; every shard state keeps the highest
                               fence that claimed it
 ``dedup:{app}:queries``       hash: query id -> the last batch Spark committed
+``dedup:query:{q}:apps``      hash: app id -> the first batch it claimed in, for
+                              streaming query ``q`` (:meth:`RedisCatalog.join_query`)
 
 The catalog stores an ID as its 16-byte BLAKE2b digest (:func:`id_digests`, format
 :data:`CATALOG_FORMAT`) in strings of concatenated digests: about 25 bytes of Redis
@@ -55,6 +57,7 @@ from dedup.exceptions import (
     CatalogUnavailableError,
     DedupError,
     ReplicaAckError,
+    SettingChangedError,
     ShardCountMismatchError,
     UnsafeSettingError,
 )
@@ -102,6 +105,12 @@ def lease_key(app_id: str) -> str:
 
 def queries_key(app_id: str) -> str:
     return f"{KEY_PREFIX}:{{{app_id}}}:queries"
+
+
+def query_apps_key(query_id: str) -> str:
+    """Hash of the app ids that deduplicate streaming query ``query_id`` (each with
+    the first batch it claimed in); its own slot, found by the query id alone."""
+    return f"{KEY_PREFIX}:query:{{{query_id}}}:apps"
 
 
 def live_buckets(config: DedupConfig, now: float) -> list[int]:
@@ -180,6 +189,8 @@ _CLIENTS_LOCK = threading.Lock()
 # (app id, query id) -> (decision, fence) of the last lease taken in this process:
 # the lease is taken (and renewed) once per batch, not once per shard.
 _FENCES: dict[tuple[str, str], tuple[str, int]] = {}
+# (url, app id, query id) that joined the query in this process (join.lua, once)
+_JOINED: set[tuple[str, str, str]] = set()
 # (url, app id) -> the replicas its claims wait for, read once per process from the
 # app's meta when the config leaves it to the recorded count
 _REPLICAS: dict[tuple[str, str], int] = {}
@@ -194,7 +205,8 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
             with redis_errors(redis_config, "connecting"):  # a cluster client connects now
                 client = redis_config.client()
             scripts = {name: client.register_script(_script(f"{name}.lua"))
-                       for name in ("claim", "snapshot", "gc", "lease", "contains", "import")}
+                       for name in ("claim", "snapshot", "gc", "lease", "contains", "import",
+                                    "join")}
             found = _CLIENTS[key] = (client, scripts)
         return found
 
@@ -503,7 +515,38 @@ class RedisCatalog:
         removed = self.collect_garbage(query_id, 2**62)
         with redis_errors(self.config.redis, "forgetting a query"):
             client.hdel(queries_key(app), query_id)
+            client.hdel(query_apps_key(query_id), app)
+        _JOINED.discard((self.config.redis.url, app, query_id))
         return removed
+
+    def join_query(self, query_id: str, batch: int) -> None:
+        """Record that this app id deduplicates ``query_id`` from ``batch`` on. Safe to
+        repeat (one round trip per process and query).
+
+        Raises
+        ------
+        SettingChangedError
+            Another app id deduplicated this query from an earlier batch: the app id
+            was renamed with the checkpoint kept. The new one's catalog holds none of
+            the IDs claimed so far, so their duplicates would pass.
+        """
+        app = self.config.app_id
+        seen = (self.config.redis.url, app, query_id)
+        if seen in _JOINED:
+            return
+        reply = self._run("join", [query_apps_key(query_id)], [app, batch],
+                          "recording the query's app id")
+        if int(reply[0]) != 1:
+            other, first = _text(reply[1]), int(reply[2])
+            raise SettingChangedError(
+                f"app id {app!r} joins streaming query {query_id} at batch {batch}, but the "
+                f"query has deduplicated with app id {other!r} since batch {first}: a renamed "
+                f"app id starts from an empty catalog, and duplicates of every record emitted "
+                f"so far would pass. Restore app_id {other!r}; a dedup step added to a running "
+                "query needs a new checkpoint location, as Spark requires for a new stateful "
+                f"operator (or, if that query is gone for good, `dedup forget-query --app-id "
+                f"{other} --query-id {query_id} --num-shards N`)")
+        _JOINED.add(seen)
 
     def _fence(self, lease_owner: str, decision: str) -> int:
         if not lease_owner or self.config.allow_shared_app_id:
@@ -536,14 +579,24 @@ class RedisCatalog:
             candidate IDs: a second dedup step with this app id in the same
             batch, or an input that changed between attempts. Replaying it
             would drop IDs that were never claimed, so the batch fails instead.
+        SettingChangedError
+            The query was deduplicated under another app id from an earlier
+            batch (:meth:`join_query`): the app id was renamed.
         CatalogUnavailableError
             Redis could not be reached, or (:class:`ReplicaAckError`) too few
             replicas acknowledged the claim, and a failover wait, if any, ran out:
             the batch fails closed and its retry replays or redoes the claim.
         """
+        query_id, _, batch = decision.rpartition(":")
+
+        def claim_once() -> ClaimReply:
+            if query_id and batch.isdigit():  # a streaming batch (a batch job's is a token)
+                self.join_query(query_id, int(batch))
+            return self._claim_once(shard, decision, tag, negatives, positives, lease_owner,
+                                    now)
+
         return ride_out_failover(
-            lambda: self._claim_once(shard, decision, tag, negatives, positives,
-                                     lease_owner, now),
+            claim_once,
             _RedisTopology(self.config.redis), state_key(self.config.app_id, shard),
             self.required_replicas, self.config.redis.failover_wait,
             f"the claim of shard {shard} ({decision})")

@@ -36,7 +36,8 @@ class UnsafeSettingError(ConfigError):
 
 class SettingChangedError(ConfigError):
     """A setting that decides where a record goes differs from the one recorded for
-    this app id on first use (shards, partitions, placement, bucket width, ID strategy)."""
+    this app id on first use (shards, partitions, placement, bucket width, ID strategy),
+    or a streaming query deduplicated under one app id goes on under another."""
 
 
 class ShardCountMismatchError(SettingChangedError):

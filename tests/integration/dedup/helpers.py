@@ -10,6 +10,14 @@ from pathlib import Path
 from typing import Any
 
 Record = tuple[str, int]
+
+
+def query_ids(count: int = 1) -> list[str]:
+    """Streaming query ids of one test (a query id names one checkpoint: the catalog
+    records which app ids deduplicate it, so tests must not share one)."""
+    import uuid
+
+    return [f"q-{uuid.uuid4().hex[:12]}" for _ in range(count)]
 _BASE_TIME = time.time() - 100_000
 
 

@@ -24,7 +24,7 @@ from dedup import (
     ShardClaimer,
 )
 from dedup.bloom import FilterCache
-from tests.integration.dedup.helpers import catalog_holds
+from tests.integration.dedup.helpers import catalog_holds, query_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -44,40 +44,43 @@ def keys_of(client: Any, app_id: str) -> list[bytes]:
 
 
 def test_filter_tagged_before_a_rollback_is_not_trusted(redis_url: str) -> None:
+    (q,) = query_ids()
     cfg = make_config(redis_url, bloom=BloomConfig(capacity=1000, error_rate=0.01))
     client = redis.Redis.from_url(redis_url)
     worker_a = claimer(cfg)
     worker_b = claimer(cfg)
     now = 1_800_000_000.0
-    assert worker_a.claim("q", 0, 0, ["x1"], now=now).keep.tolist() == [True]
+    assert worker_a.claim(q, 0, 0, ["x1"], now=now).keep.tolist() == [True]
     # What a replica that lags one claim behind holds (or an AOF that lost the last second).
     saved = {key: client.dump(key) for key in keys_of(client, cfg.app_id)}
-    assert worker_a.claim("q", 1, 0, ["x2"], now=now).keep.tolist() == [True]
+    assert worker_a.claim(q, 1, 0, ["x2"], now=now).keep.tolist() == [True]
     # Failover to that replica: the state goes back to before x2.
     for key in keys_of(client, cfg.app_id):
         client.delete(key)
     for key, blob in saved.items():
         client.restore(key, 0, blob, replace=True)
     # Another worker claims x3: the shard moves forward to the same version number.
-    assert worker_b.claim("q", 2, 0, ["x3"], now=now).keep.tolist() == [True]
+    assert worker_b.claim(q, 2, 0, ["x3"], now=now).keep.tolist() == [True]
     # Worker A's filter carries the old tag of that version number, without x3.
-    outcome = worker_a.claim("q", 3, 0, ["x3"], now=now)
+    outcome = worker_a.claim(q, 3, 0, ["x3"], now=now)
     assert outcome.keep.tolist() == [False], \
         "a filter tagged before the rollback was trusted: duplicate x3 kept"
 
 
 def test_id_in_the_next_bucket_is_found_by_a_slower_clock(redis_url: str) -> None:
+    (q,) = query_ids()
     retention = RetentionConfig(horizon_seconds=3600, bucket_seconds=60)
     cfg = make_config(redis_url, retention=retention, bloom=BloomConfig(enabled=False))
     boundary = 1_800_000_000 // 60 * 60 + 60.0
     fast, slow = claimer(cfg), claimer(cfg)
     # A fast clock already in bucket k+1 claims x; a slow one, still in k, sees x again.
-    assert fast.claim("q", 0, 0, ["x"], now=boundary + 0.5).keep.tolist() == [True]
-    outcome = slow.claim("q", 1, 0, ["x"], now=boundary - 0.5)
+    assert fast.claim(q, 0, 0, ["x"], now=boundary + 0.5).keep.tolist() == [True]
+    outcome = slow.claim(q, 1, 0, ["x"], now=boundary - 0.5)
     assert outcome.keep.tolist() == [False], "duplicate kept across a bucket boundary"
 
 
 def test_redis_that_evicts_keys_is_refused_and_a_full_one_fails_closed(tmp_path: Any) -> None:
+    (q,) = query_ids()
     from dedup import CatalogStateError, UnsafeSettingError
     from dedup.local.services import RedisServer
 
@@ -95,21 +98,22 @@ def test_redis_that_evicts_keys_is_refused_and_a_full_one_fails_closed(tmp_path:
         client.config_set("maxmemory", str(used + 1024))
         ids = [f"id-{i:06d}-{'x' * 40}" for i in range(20_000)]
         with pytest.raises(CatalogStateError, match="maxmemory"):
-            claimer(cfg).claim("q", 0, 0, ids, now=1_800_000_000.0)
+            claimer(cfg).claim(q, 0, 0, ids, now=1_800_000_000.0)
 
 
 def test_a_second_pipeline_claims_no_shard_while_the_first_holds_the_app_id(
         redis_url: str) -> None:
     """The lease is the app id's, not a shard's: pipeline B may not claim shard 1 because
     pipeline A so far only claimed shard 0 (B's claims would later drop A's records)."""
+    qa, qb = query_ids(2)
     from dedup import AppIdInUseError
 
     cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
                       lease_seconds=60)
     first, second = claimer(cfg), claimer(cfg)
-    first.claim("query-a", 0, 0, ["a"], "query-a", now=1_800_000_000.0)
-    with pytest.raises(AppIdInUseError, match="query-a"):
-        second.claim("query-b", 0, 1, ["b"], "query-b", now=1_800_000_000.0)
+    first.claim(qa, 0, 0, ["a"], qa, now=1_800_000_000.0)
+    with pytest.raises(AppIdInUseError, match=qa):
+        second.claim(qb, 0, 1, ["b"], qb, now=1_800_000_000.0)
     client = redis.Redis.from_url(redis_url)
     assert not list(client.scan_iter(match=f"dedup:{{{cfg.app_id}:s1}}:idx:*")), \
         "pipeline B claimed IDs on shard 1"
@@ -117,25 +121,27 @@ def test_a_second_pipeline_claims_no_shard_while_the_first_holds_the_app_id(
 
 def test_a_fenced_pipeline_cannot_claim_after_another_took_over(redis_url: str) -> None:
     """A's lease lapsed (A paused), B took the app id over; A's next claim is fenced."""
+    qa, qb = query_ids(2)
     from dedup import AppIdInUseError
 
     cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=1,
                       lease_seconds=1)
     paused, successor = claimer(cfg), claimer(cfg)
-    paused.claim("query-a", 0, 0, ["a"], "query-a", now=1_800_000_000.0)
-    RedisCatalog(cfg).commit_progress("query-a", 0)  # Spark committed A's batch 0
+    paused.claim(qa, 0, 0, ["a"], qa, now=1_800_000_000.0)
+    RedisCatalog(cfg).commit_progress(qa, 0)  # Spark committed A's batch 0
     import time
 
     time.sleep(1.2)  # A's lease lapses
-    successor.claim("query-b", 0, 0, ["b"], "query-b", now=1_800_000_000.0)
-    with pytest.raises(AppIdInUseError, match="query-b"):
-        paused.claim("query-a", 1, 0, ["c"], "query-a", now=1_800_000_000.0)
+    successor.claim(qb, 0, 0, ["b"], qb, now=1_800_000_000.0)
+    with pytest.raises(AppIdInUseError, match=qb):
+        paused.claim(qa, 1, 0, ["c"], qa, now=1_800_000_000.0)
 
 
 def test_a_new_query_is_refused_while_an_abandoned_batch_holds_claims(redis_url: str) -> None:
     """Query A claimed batch 5 and died before Spark committed it (a crash, a checkpoint
     then deleted); query B on the same app id would drop those IDs as seen, although
     nobody emitted them. B must be told to finish A first."""
+    qa, qb = query_ids(2)
     import time
 
     from dedup import AppIdInUseError
@@ -143,28 +149,29 @@ def test_a_new_query_is_refused_while_an_abandoned_batch_holds_claims(redis_url:
     cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
                       lease_seconds=1)
     abandoned, successor = claimer(cfg), claimer(cfg)
-    abandoned.claim("query-a", 5, 0, ["x", "y"], "query-a", now=1_800_000_000.0)
+    abandoned.claim(qa, 5, 0, ["x", "y"], qa, now=1_800_000_000.0)
     time.sleep(1.2)  # A's lease lapses: A is gone
-    with pytest.raises(AppIdInUseError, match=r"query-a.*batch 5"):
-        successor.claim("query-b", 0, 0, ["x", "z"], "query-b", now=1_800_000_000.0)
+    with pytest.raises(AppIdInUseError, match=rf"{qa}.*batch 5"):
+        successor.claim(qb, 0, 0, ["x", "z"], qb, now=1_800_000_000.0)
 
 
 def test_a_new_query_may_take_over_once_the_old_one_committed_or_was_forgotten(
         redis_url: str) -> None:
+    qa, qb = query_ids(2)
     from dedup import AppIdInUseError
 
     cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
                       lease_seconds=60)
     catalog = RedisCatalog(cfg)
     old, new = claimer(cfg), claimer(cfg)
-    old.claim("query-a", 4, 0, ["x"], "query-a", now=1_800_000_000.0)
-    catalog.commit_progress("query-a", 4)  # batch 4 committed ...
-    old.claim("query-a", 5, 1, ["y"], "query-a", now=1_800_000_000.0)  # ... 5 is not
-    catalog.release("query-a")  # A stopped
-    with pytest.raises(AppIdInUseError, match=r"query-a left batch 5 unfinished"):
-        new.claim("query-b", 0, 1, ["y", "z"], "query-b", now=1_800_000_000.0)
-    assert catalog.forget_query("query-a") == 2
-    outcome = new.claim("query-b", 0, 1, ["y", "z"], "query-b", now=1_800_000_000.0)
+    old.claim(qa, 4, 0, ["x"], qa, now=1_800_000_000.0)
+    catalog.commit_progress(qa, 4)  # batch 4 committed ...
+    old.claim(qa, 5, 1, ["y"], qa, now=1_800_000_000.0)  # ... 5 is not
+    catalog.release(qa)  # A stopped
+    with pytest.raises(AppIdInUseError, match=rf"{qa} left batch 5 unfinished"):
+        new.claim(qb, 0, 1, ["y", "z"], qb, now=1_800_000_000.0)
+    assert catalog.forget_query(qa) == 2
+    outcome = new.claim(qb, 0, 1, ["y", "z"], qb, now=1_800_000_000.0)
     assert outcome.keep.tolist() == [False, True]  # y counts as seen, as the message said
 
 
@@ -188,6 +195,7 @@ def test_a_claim_is_acknowledged_only_once_a_replica_holds_it(tmp_path: Any) -> 
     """Failover to a lagging replica: a claim the primary acknowledged but never
     replicated is gone after the failover, and its ID passes as new a second time.
     A claim may only be acknowledged (its rows emitted) once the replicas hold it."""
+    (q,) = query_ids()
     from dedup import CatalogUnavailableError
     from dedup.local.services import RedisServer
 
@@ -201,11 +209,11 @@ def test_a_claim_is_acknowledged_only_once_a_replica_holds_it(tmp_path: Any) -> 
         RedisCatalog(cfg).check_setup()
         worker = claimer(cfg)
         now = 1_800_000_000.0
-        assert worker.claim("q", 0, 0, ["x1"], now=now).keep.tolist() == [True]
+        assert worker.claim(q, 0, 0, ["x1"], now=now).keep.tolist() == [True]
         # The replica is cut off: from now on it holds what it had.
         replica.execute_command("REPLICAOF", "NO", "ONE")
         try:
-            acknowledged = worker.claim("q", 1, 0, ["x2"], now=now).keep.tolist() == [True]
+            acknowledged = worker.claim(q, 1, 0, ["x2"], now=now).keep.tolist() == [True]
         except CatalogUnavailableError as exc:
             assert "replica" in str(exc)
             acknowledged = False
@@ -221,6 +229,7 @@ def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_to
     """The failed claim's retry replays its decision once the replica is back; a start
     on a promoted replica with none of its own is refused until the user says how many
     replicas must hold a claim."""
+    (q,) = query_ids()
     from dataclasses import replace
 
     from dedup import ReplicaAckError
@@ -237,9 +246,9 @@ def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_to
         now = 1_800_000_000.0
         replica.execute_command("REPLICAOF", "NO", "ONE")
         with pytest.raises(ReplicaAckError, match=r"reached 0 of 1 replicas"):
-            worker.claim("q", 0, 0, ["x1"], now=now)
+            worker.claim(q, 0, 0, ["x1"], now=now)
         _replicate(primary.url, replica_server.url)
-        retry = worker.claim("q", 0, 0, ["x1"], now=now)  # the decision is replayed
+        retry = worker.claim(q, 0, 0, ["x1"], now=now)  # the decision is replayed
         assert retry.keep.tolist() == [True]
         assert catalog_holds(replica, cfg.app_id, 0, "x1")
         # Failover: the replica is promoted and has no replica of its own.
@@ -250,7 +259,7 @@ def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_to
         told = replace(cfg, redis=RedisConfig(replica_server.url, wait_replicas=0))
         assert RedisCatalog(told).check_setup()["replicas"] == "0"
         assert RedisCatalog(promoted).check_setup()["replicas"] == "0"  # recorded now
-        assert claimer(told).claim("q", 1, 0, ["x1"], now=now).keep.tolist() == [False]
+        assert claimer(told).claim(q, 1, 0, ["x1"], now=now).keep.tolist() == [False]
 
 
 def test_a_claim_waits_for_a_replica_that_comes_back_within_the_failover_wait(
@@ -258,6 +267,7 @@ def test_a_claim_waits_for_a_replica_that_comes_back_within_the_failover_wait(
     """The primary lost its only replica (a failover just promoted it, or the link
     broke): the claim repeats itself until the replica is back, and its decision is
     trusted only once the replica holds it (the repeat replays it and WAITs again)."""
+    (q,) = query_ids()
     import threading
     import time
 
@@ -275,9 +285,33 @@ def test_a_claim_waits_for_a_replica_that_comes_back_within_the_failover_wait(
         back.start()
         started = time.monotonic()
         try:
-            outcome = claimer(cfg).claim("q", 0, 0, ["x1"], now=1_800_000_000.0)
+            outcome = claimer(cfg).claim(q, 0, 0, ["x1"], now=1_800_000_000.0)
         finally:
             back.join()
         assert outcome.keep.tolist() == [True]
         assert time.monotonic() - started >= 2.0, "acknowledged before a replica held it"
         assert catalog_holds(replica, cfg.app_id, 0, "x1")
+
+
+def test_an_app_id_that_joins_a_query_later_than_another_is_refused(redis_url: str) -> None:
+    """The app id renamed with the checkpoint kept: its catalog holds none of the IDs
+    claimed so far. Two dedup steps of one query from its first batch are no rename;
+    once the old app ids' record of the query is forgotten, the new one may join."""
+    from dedup import SettingChangedError
+
+    (q,) = query_ids()
+    now = 1_800_000_000.0
+    old, beside, renamed = (make_config(redis_url) for _ in range(3))
+    assert claimer(old).claim(q, 0, 0, ["a"], q, now=now).keep.tolist() == [True]
+    assert claimer(beside).claim(q, 0, 0, ["a"], q, now=now).keep.tolist() == [True]
+    claimer(old).claim(q, 1, 0, ["b"], q, now=now)
+    claimer(beside).claim(q, 1, 0, ["b"], q, now=now)  # joined at 0: known, not refused
+    with pytest.raises(SettingChangedError,
+                       match=rf"app id '{renamed.app_id}' joins streaming query {q} at batch 2, "
+                             rf"but the query has deduplicated with app id '{old.app_id}' "
+                             r"since batch 0"):
+        claimer(renamed).claim(q, 2, 0, ["a"], q, now=now)
+    for cfg in (old, beside):
+        RedisCatalog(cfg).commit_progress(q, 1)
+        RedisCatalog(cfg).forget_query(q)
+    assert claimer(renamed).claim(q, 2, 0, ["a"], q, now=now).keep.tolist() == [True]

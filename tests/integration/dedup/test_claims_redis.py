@@ -27,6 +27,7 @@ from dedup import (
 )
 from dedup.bloom import FilterCache
 from dedup.catalog import decisions_key, journal_key, state_key
+from tests.integration.dedup.helpers import query_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -60,6 +61,7 @@ def test_claims_match_reference_model(redis_url: str, batches: list[list[int]], 
     pool = [ShardClaimer(cfg, catalog, FilterCache()) for _ in range(workers)]
     pick = iter(choices * 10)
     seen: set[str] = set()
+    (q,) = query_ids()
     for batch_id, raw in enumerate(batches):
         ids = list(dict.fromkeys(f"k{x}" for x in raw))  # unique, first occurrence order
         expected = {k for k in ids if k not in seen}
@@ -69,10 +71,10 @@ def test_claims_match_reference_model(redis_url: str, batches: list[list[int]], 
             by_shard.setdefault(shard_of(key), []).append(key)
         kept: set[str] = set()
         for shard, group in by_shard.items():
-            first = pool[next(pick) % workers].claim("q", batch_id, shard, group, "q")
+            first = pool[next(pick) % workers].claim(q, batch_id, shard, group, q)
             kept |= first.kept
             for _ in range(next(pick) % 3):  # retries, maybe on another worker
-                again = pool[next(pick) % workers].claim("q", batch_id, shard, group, "q")
+                again = pool[next(pick) % workers].claim(q, batch_id, shard, group, q)
                 assert again.replay and again.kept == first.kept
         assert kept == expected, (batch_id, sorted(kept ^ expected))
 
@@ -80,10 +82,11 @@ def test_claims_match_reference_model(redis_url: str, batches: list[list[int]], 
 def test_round_trips_constant_in_batch_size(redis_url: str) -> None:
     cfg = DedupConfig(f"rt-{uuid.uuid4().hex[:8]}", RedisConfig(redis_url), num_shards=1)
     claimer = ShardClaimer(cfg, filters=FilterCache())
-    claimer.claim("q", 0, 0, ["warm"], "q")
-    big = claimer.claim("q", 1, 0, [f"id{i}" for i in range(20_000)], "q")
+    (q,) = query_ids()
+    claimer.claim(q, 0, 0, ["warm"], q)
+    big = claimer.claim(q, 1, 0, [f"id{i}" for i in range(20_000)], q)
     assert big.round_trips == 1 and len(big.kept) == 20_000 and big.lookups == 0
-    dup = claimer.claim("q", 2, 0, [f"id{i}" for i in range(0, 40_000, 2)], "q")
+    dup = claimer.claim(q, 2, 0, [f"id{i}" for i in range(0, 40_000, 2)], q)
     assert dup.round_trips == 1 and len(dup.kept) == 10_000
 
 
@@ -91,24 +94,25 @@ def test_lease_gc_and_shard_guard(redis_url: str) -> None:
     app = f"lease-{uuid.uuid4().hex[:8]}"
     cfg = DedupConfig(app, RedisConfig(redis_url), num_shards=2, lease_seconds=60)
     claimer = ShardClaimer(cfg, filters=FilterCache())
-    claimer.claim("q1", 0, 0, ["a"], "q1")
-    claimer.claim("q1", 1, 0, ["b"], "q1")
-    with pytest.raises(AppIdInUseError, match="in use by streaming query q1"):
-        claimer.claim("q2", 0, 0, ["c"], "q2")
+    q1, q2, q3 = query_ids(3)
+    claimer.claim(q1, 0, 0, ["a"], q1)
+    claimer.claim(q1, 1, 0, ["b"], q1)
+    with pytest.raises(AppIdInUseError, match=f"in use by streaming query {q1}"):
+        claimer.claim(q2, 0, 0, ["c"], q2)
     claimer.claim("static", "job", 0, ["c"], "")  # batch jobs are exempt
     shared = DedupConfig(app, RedisConfig(redis_url), num_shards=2, allow_shared_app_id=True)
-    ShardClaimer(shared, filters=FilterCache()).claim("q2", 0, 0, ["d"], "q2")
+    ShardClaimer(shared, filters=FilterCache()).claim(q2, 0, 0, ["d"], q2)
     catalog = RedisCatalog(cfg)
-    catalog.commit_progress("q2", 0)  # else q2's batch 0 would be unfinished work
+    catalog.commit_progress(q2, 0)  # else q2's batch 0 would be unfinished work
     client = redis.Redis.from_url(redis_url)
-    assert client.hexists(decisions_key(app, 0), "q1:0")
-    assert catalog.commit_progress("q1", 1) == 1  # only batches < the committed one
-    assert not client.hexists(decisions_key(app, 0), "q1:0")
-    assert client.hexists(decisions_key(app, 0), "q1:1")
-    catalog.release("q1")
-    claimer.claim("q3", 0, 0, ["e"], "q3")  # released, nothing unfinished: q3 may take over
+    assert client.hexists(decisions_key(app, 0), f"{q1}:0")
+    assert catalog.commit_progress(q1, 1) == 1  # only batches < the committed one
+    assert not client.hexists(decisions_key(app, 0), f"{q1}:0")
+    assert client.hexists(decisions_key(app, 0), f"{q1}:1")
+    catalog.release(q1)
+    claimer.claim(q3, 0, 0, ["e"], q3)  # released, nothing unfinished: q3 may take over
     assert int(client.hget(state_key(app, 0), "version") or b"0") == 5
     assert client.hlen(journal_key(app, 0)) <= cfg.journal_versions
     other = DedupConfig(app, RedisConfig(redis_url), num_shards=3)
     with pytest.raises(ShardCountMismatchError, match="num_shards=2"):
-        ShardClaimer(other, filters=FilterCache()).claim("q3", 5, 0, ["z"], "q3")
+        ShardClaimer(other, filters=FilterCache()).claim(q3, 5, 0, ["z"], q3)
