@@ -42,7 +42,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer
 
 from benchmarks.bench_e2e import SHUFFLE_PARTITIONS, fill_with_duplicates, pipeline_writer
 from benchmarks.bench_sink import INPUT_PARTITIONS
@@ -56,7 +56,7 @@ from benchmarks.common import (
     write_json,
 )
 from sinks.kafka_io import ensure_topic
-from sinks.verify import read_observed
+from sinks.verify import high_watermark, read_observed
 
 VARIANTS = ("spark_alo", "eos_strong", "eos_fused")
 POLL_S = 0.1
@@ -68,18 +68,11 @@ class CommittedEnd:
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-restart",
                                   "isolation.level": "read_committed", "log_level": 0})
-        self.partitions = [TopicPartition(topic, p) for p in range(partitions)]
+        self.topic, self.partitions = topic, partitions
 
     def __call__(self) -> int:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                return sum(self.consumer.get_watermark_offsets(tp, timeout=10)[1]
-                           for tp in self.partitions)
-            except KafkaException:  # a new topic's leader not known yet, a stale one
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        # retriable answers (a new topic's leader not known yet, a stale one) are repeated
+        return sum(high_watermark(self.consumer, self.topic, p) for p in range(self.partitions))
 
     def close(self) -> None:
         self.consumer.close()

@@ -38,7 +38,7 @@ _STALE_METADATA = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION,
                              KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 
-def _high_watermark(consumer: Any, topic: str, partition: int) -> int:
+def high_watermark(consumer: Any, topic: str, partition: int) -> int:
     """The partition's end for ``consumer``'s isolation level, repeated for up to
     :data:`RETRY_SECONDS` while Kafka's answer is retriable."""
     deadline = time.monotonic() + RETRY_SECONDS
@@ -74,7 +74,7 @@ def open_transaction_partitions(bootstrap: str, topic: str,
             metadata = consumer.list_topics(topic, timeout=10)
             partitions = sorted(metadata.topics[topic].partitions) \
                 if topic in metadata.topics else []
-            ends[isolation] = {p: _high_watermark(consumer, topic, p) for p in partitions}
+            ends[isolation] = {p: high_watermark(consumer, topic, p) for p in partitions}
         finally:
             consumer.close()
     return [p for p, high in ends["read_uncommitted"].items()

@@ -69,9 +69,7 @@ class SinkKafka:
     @property
     def client_config(self) -> dict[str, Any]:
         """Settings of the command's own clients: quiet, and ``security``."""
-        from dedup.cli.checks import QUIET_KAFKA
-
-        return {**QUIET_KAFKA, **self.security}
+        return quiet_clients(self.security)
 
     def check(self) -> None:
         """Refuse, naming the fix, when Kafka does not answer (:func:`check_kafka`)."""
@@ -122,6 +120,14 @@ def check_services(pipeline: PipelineFile, addresses: Addresses) -> None:
     if pipeline.table("sink")["type"] == "kafka":
         check_kafka(addresses.sink_bootstrap, what="sink.bootstrap_servers (or --bootstrap)",
                     client_config=sink_client_settings(pipeline))
+
+
+def quiet_clients(settings: dict[str, Any] | None) -> dict[str, Any]:
+    """librdkafka settings of the command's own clients: no log lines, and ``settings``
+    (security, SASL, TLS). Holds secrets when ``settings`` does: never print it."""
+    from dedup.cli.checks import QUIET_KAFKA
+
+    return {**QUIET_KAFKA, **(settings or {})}
 
 
 def sink_client_settings(pipeline: PipelineFile) -> dict[str, Any]:

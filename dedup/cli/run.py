@@ -6,12 +6,12 @@ import argparse
 import time
 from typing import Any
 
-from dedup.cli.checks import QUIET_KAFKA
 from dedup.cli.config_file import PipelineFile, example_path, load_pipeline
 from dedup.cli.errors import EXIT_INCOMPLETE, RUN_EXIT_CODES_HELP
 from dedup.cli.pipeline import (
     Addresses,
     check_services,
+    quiet_clients,
     resolve_addresses,
     sink_client_settings,
     source_client_settings,
@@ -72,7 +72,7 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
     master = getattr(args, "master", None) or run["master"]
     if sink["type"] == "kafka":
         ensure_topic(addresses.sink_bootstrap, sink["topic"], sink["partitions"],
-                     client_config={**QUIET_KAFKA, **sink_client_settings(pipeline)})
+                     client_config=quiet_clients(sink_client_settings(pipeline)))
     progress.say(f"pipeline {pipeline.app_id}: {pipeline.table('source')['type']} source -> "
                  f"{'dedup -> ' if pipeline.table('dedup')['enabled'] else ''}"
                  f"{sink['type']} sink {sink['topic'] or ''}; checkpoint {checkpoint}")
@@ -130,7 +130,7 @@ def _kafka_input_left(pipeline: PipelineFile, addresses: Addresses, checkpoint: 
         return None  # no client of ours can connect as the source does: cannot tell
     try:
         ends = topic_ends(addresses.source_bootstrap, src["topics"],
-                          {**QUIET_KAFKA, **settings})
+                          quiet_clients(settings))
     except KafkaException:
         return None  # cannot tell: say so rather than claim the run is complete
     return unread(ends, read, src["starting_offsets"])
@@ -189,6 +189,6 @@ def _verify(pipeline: PipelineFile, addresses: Addresses, progress: Progress) ->
     sink = pipeline.table("sink")
     report = verify_topic(addresses.sink_bootstrap, sink["topic"], expected,
                           compare_payloads=sink["value_column"] == "payload",
-                          client_config={**QUIET_KAFKA, **sink_client_settings(pipeline)})
+                          client_config=quiet_clients(sink_client_settings(pipeline)))
     progress.always(f"verify: {report.summary()}")
     return 0 if report.ok else 1
