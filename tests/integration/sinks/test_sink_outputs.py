@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from sinks import ExactlyOnceKafkaForeachBatch
 from sinks.kafka_io import ensure_topic
@@ -63,3 +64,54 @@ def test_two_outputs_with_one_output_name_are_refused(spark: Any, kafka_bootstra
     assert query.exception() is not None, "two sinks with one (app_id, output.name) ran"
     assert "output.name" in str(query.exception())
     assert read_output(kafka_bootstrap, second_topic, "read_uncommitted") == []
+
+
+def test_an_output_renamed_while_a_batch_is_unfinished_is_refused(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str) -> None:
+    """The driver dies after the sink committed batch 1 but before Spark recorded it; the
+    query restarts from its checkpoint with the output renamed. The new name has no batch
+    marker, so without a guard it writes batch 1 a second time."""
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    options = {**sink_options(kafka_bootstrap, topics, app_id, redis_url),
+               "output.name": "main"}
+    first = ExactlyOnceKafkaForeachBatch(options)
+
+    def dies_after_batch_1(df: Any, batch_id: int) -> None:
+        first(df, batch_id)
+        if batch_id == 1:
+            raise RuntimeError("injected: the driver died after the sink committed batch 1")
+
+    def stream() -> Any:
+        return build_stream(spark, kafka_bootstrap, topics, app_id, redis_url)
+
+    failed = run_foreach_batch(stream(), dies_after_batch_1, tmp_checkpoint)
+    assert failed.exception() is not None and "injected" in str(failed.exception())
+    first.release()
+    renamed = ExactlyOnceKafkaForeachBatch({**options, "output.name": "renamed"})
+    refused = run_foreach_batch(stream(), renamed, tmp_checkpoint)
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert refused.exception() is not None, (
+        f"the renamed output was not refused; output: {report.summary()}")
+    message = str(refused.exception())
+    assert "'renamed'" in message and "'main'" in message and "batch 1" in message, message
+    assert report.duplicated == 0 and report.phantoms == 0, report.summary()
+    renamed.release()
+    # The way out the refusal names: the old name once, until the batch is committed.
+    restored = ExactlyOnceKafkaForeachBatch(options)
+    done = run_foreach_batch(stream(), restored, tmp_checkpoint)
+    assert done.exception() is None, done.exception()
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
+    restored.release()
+    # After that clean stop the rename is safe: the next batch was never written.
+    more = {f"more-{i:03d}": f"more-value-{i}".encode() for i in range(30)}
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for key, value in more.items():
+        producer.produce(topics.source, key=key.encode(), value=value)
+    assert producer.flush(30) == 0
+    later = run_foreach_batch(stream(), ExactlyOnceKafkaForeachBatch(
+        {**options, "output.name": "renamed"}), tmp_checkpoint)
+    assert later.exception() is None, later.exception()
+    report = check_exact(kafka_bootstrap, topics.out, {**expected, **more})
+    assert report.ok and report.open_transactions == 0, report.summary()
