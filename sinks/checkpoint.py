@@ -17,6 +17,12 @@ Key layout (``{...}`` is the Redis Cluster hash tag, one slot per (app, partitio
     another query's commit replaces the Kafka marker, not this).
 ``dedup:{<app>}:sink:lease``
     Hash ``owner`` (query id), ``until`` (ms, Redis's clock): the output's lease.
+``dedup:query:{<query id>}:outputs``
+    Hash of the outputs (``<app>``) that write one streaming query, each with
+    ``<batch>:<run id>``: the last batch it began and the run of the query (Spark's
+    run id, new at every start) it began it in. An output new to the query may not
+    begin a batch another output began in an earlier run: that batch was cut short
+    and is being replayed, and a renamed output would write it again.
 """
 
 from __future__ import annotations
@@ -32,11 +38,14 @@ from sinks.exceptions import (
     CheckpointStateError,
     CheckpointUnavailableError,
     OutputNameInUseError,
+    OutputRenamedError,
     UnsafeSinkSettingError,
 )
 
 _CLIENTS: dict[tuple[str, float], Any] = {}
-_LEASE_SCRIPTS: dict[int, Any] = {}  # id(client) -> its registered lease script
+_SCRIPTS: dict[tuple[int, str], Any] = {}  # (id(client), name) -> its registered script
+# (Redis url, output, query id, run id) -> the last batch this process recorded
+_JOINED: dict[tuple[str, str, str, str], int] = {}
 
 # Take (or renew) or release the output's lease, atomically, on Redis's clock.
 # KEYS[1] the lease hash; ARGV: query id, lease ms, "take" | "release".
@@ -57,6 +66,30 @@ end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'until', now + tonumber(ARGV[2]))
 return {1, '', 0}
 """
+
+# Record that an output begins a batch of a query (see the module's key layout).
+# KEYS[1] the query's outputs hash; ARGV: output, batch, run id.
+# Reply {1} when recorded, {0, other output, its batch} when refused.
+_JOIN_LUA = """
+local batch = tonumber(ARGV[2])
+if not redis.call('HGET', KEYS[1], ARGV[1]) then
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    local began, run = string.match(all[i + 1], '^(%d+):(.*)$')
+    if began and tonumber(began) >= batch and run ~= ARGV[3] then
+      return {0, all[i], began}
+    end
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3])
+return {1}
+"""
+
+
+def query_outputs_key(query_id: str) -> str:
+    """Hash of the outputs that write streaming query ``query_id``, each with the last
+    batch it began and that batch's run; its own slot, found by the query id alone."""
+    return f"{KEY_PREFIX}:query:{{{query_id}}}:outputs"
 
 
 def encode_batches(batches: list[Any]) -> bytes:
@@ -147,15 +180,55 @@ class CheckpointStore:
     def lease_key(self) -> str:
         return f"{KEY_PREFIX}:{{{self.identity}}}:sink:lease"
 
-    def _lease(self, query_id: str, lease_ms: int, mode: str) -> list[Any]:
+    def _script(self, name: str, source: str, keys: list[str], args: list[Any],
+                what: str) -> list[Any]:
         def run() -> list[Any]:
             client = self.client
-            script = _LEASE_SCRIPTS.get(id(client))
+            script = _SCRIPTS.get((id(client), name))
             if script is None:
-                script = _LEASE_SCRIPTS[id(client)] = client.register_script(_LEASE_LUA)
-            return list(script(keys=[self.lease_key], args=[query_id, lease_ms, mode]))
+                script = _SCRIPTS[(id(client), name)] = client.register_script(source)
+            return list(script(keys=keys, args=args))
 
-        return list(self._call(f"{mode} the lease of sink output {self.identity!r}", run))
+        return list(self._call(what, run))
+
+    def _lease(self, query_id: str, lease_ms: int, mode: str) -> list[Any]:
+        return self._script("lease", _LEASE_LUA, [self.lease_key], [query_id, lease_ms, mode],
+                            f"{mode} the lease of sink output {self.identity!r}")
+
+    def join_query(self, query_id: str, run_id: str, batch: int) -> None:
+        """Record that this output begins ``batch`` of streaming query ``query_id`` in
+        its run ``run_id``. Call before anything of the batch is written; safe to
+        repeat (one round trip per process and batch).
+
+        Raises
+        ------
+        OutputRenamedError
+            This output is new to the query, and another output of it began this
+            batch in an earlier run: the batch was cut short (a driver crash after
+            the sink's commit, before Spark's) and is being replayed. If this
+            output is that one renamed, it has no marker of the batch and would
+            write it again. Fatal: a retry sees the same record.
+        """
+        seen = (self.redis_config.url, self.identity, query_id, run_id)
+        if _JOINED.get(seen) == batch:
+            return
+        reply = self._script("join", _JOIN_LUA, [query_outputs_key(query_id)],
+                             [self.identity, batch, run_id],
+                             f"record that sink output {self.identity!r} begins batch {batch}")
+        if int(reply[0]) != 1:
+            other = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+            began = int(reply[2])
+            raise OutputRenamedError(
+                f"sink output {self.identity!r} (app.id/output.name) is new to streaming "
+                f"query {query_id}, which replays batch {batch}: output {other!r} began batch "
+                f"{began} before the query restarted, and Spark never recorded it as done. "
+                f"If {self.identity!r} is {other!r} renamed, it would write again what "
+                f"{other!r} committed of that batch (duplicates): restart once with the old "
+                f"app.id and output.name until batch {batch} is committed, then rename (an "
+                "output added at this restart waits the same way)")
+        if len(_JOINED) > 4096:  # one entry per (output, query run): bounded anyway
+            _JOINED.clear()
+        _JOINED[seen] = batch
 
     def take_lease(self, query_id: str, lease_ms: int) -> None:
         """Take or renew this output's lease for ``query_id`` for ``lease_ms``.

@@ -41,6 +41,16 @@ class OutputNameInUseError(SinkConfigError):
     _fatal = True
 
 
+class OutputRenamedError(SinkConfigError):
+    """An output new to a streaming query would write a batch another output of it began
+    before the query restarted (its ``app.id`` or ``output.name`` renamed mid-batch).
+
+    Fatal: restart once with the old names until that batch is committed.
+    """
+
+    _fatal = True
+
+
 class QueryIdReusedError(SinkError, RuntimeError):
     """The batch marker of this query id is more than one batch ahead: the id was reused.
 

@@ -32,6 +32,15 @@ def _as_arrow(items: Iterable[Any], columns: list[str]) -> Iterable[Any]:
     return iter_rows_as_batches(chained, columns)
 
 
+def _run_id() -> str:
+    """The streaming query run of the calling Spark task ('' outside one): Spark runs
+    each micro-batch's jobs under the job group of the run id, new at every start."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return (context.getLocalProperty("spark.jobGroup.id") or "") if context else ""
+
+
 def _normal_type(arrow_type: Any) -> str:
     """A column type for comparison; large and plain string/binary are the same data."""
     import pyarrow as pa
@@ -99,6 +108,9 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
         owner = (f"{query_id}:attempt{attempt}"
                  if mutant_on("checkpoint_per_attempt", config.fail_point_dir) else query_id)
         with clock("checkpoint"):
+            run_id = _run_id()
+            if run_id:  # before anything of the batch is written (none outside a query)
+                store.join_query(query_id, run_id, batch)
             stored, won = store.put_if_absent(owner, batch, partition,
                                               encode_batches(arrow))
         # A checkpoint left under this key by an earlier life of a reused

@@ -94,7 +94,8 @@ def test_an_output_renamed_while_a_batch_is_unfinished_is_refused(
     assert refused.exception() is not None, (
         f"the renamed output was not refused; output: {report.summary()}")
     message = str(refused.exception())
-    assert "'renamed'" in message and "'main'" in message and "batch 1" in message, message
+    for part in (f"'{app_id}/renamed'", f"'{app_id}/main'", "batch 1", "OutputRenamedError"):
+        assert part in message, message
     assert report.duplicated == 0 and report.phantoms == 0, report.summary()
     renamed.release()
     # The way out the refusal names: the old name once, until the batch is committed.
@@ -115,3 +116,42 @@ def test_an_output_renamed_while_a_batch_is_unfinished_is_refused(
     assert later.exception() is None, later.exception()
     report = check_exact(kafka_bootstrap, topics.out, {**expected, **more})
     assert report.ok and report.open_transactions == 0, report.summary()
+
+
+@pytest.mark.parametrize("case", ["together", "added_later", "replay_of_a_known_output",
+                                  "renamed_mid_batch", "renamed_after_a_clean_stop"])
+def test_the_query_record_of_outputs_refuses_only_a_new_output_on_a_replayed_batch(
+        redis_url: str, app_id: str, case: str) -> None:
+    """The record's rules against real Redis, no Spark: which (output, run, batch)
+    sequences are refused. Runs r1 then r2 are two starts of one query."""
+    from dedup.config import RedisConfig
+    from sinks import OutputRenamedError
+    from sinks.checkpoint import CheckpointStore
+
+    query = f"q-{app_id}"
+    main, other = (CheckpointStore(RedisConfig(url=redis_url), app_id, name)
+                   for name in ("main", "other"))
+    steps = {
+        # two outputs of one batch from the start, in either order
+        "together": [(main, "r1", 0), (other, "r1", 0), (other, "r1", 1), (main, "r1", 1)],
+        # an output added to a running query, or at a restart after a clean stop
+        "added_later": [(main, "r1", 0), (main, "r1", 1), (other, "r1", 1), (main, "r2", 2),
+                        (other, "r2", 2)],
+        # both outputs replay the batch the driver's crash cut short
+        "replay_of_a_known_output": [(main, "r1", 0), (other, "r1", 0), (main, "r1", 1),
+                                     (other, "r2", 1), (main, "r2", 1)],
+        "renamed_mid_batch": [(main, "r1", 0), (main, "r1", 1), (other, "r2", 1)],
+        "renamed_after_a_clean_stop": [(main, "r1", 0), (main, "r1", 1), (other, "r2", 2)],
+    }[case]
+    *before, last = steps
+    for store, run, batch in before:
+        store.join_query(query, run, batch)
+    store, run, batch = last
+    if case == "renamed_mid_batch":
+        with pytest.raises(OutputRenamedError, match=f"'{app_id}/main' began batch 1"):
+            store.join_query(query, run, batch)
+        # refused every time, not only the first (nothing was recorded)
+        with pytest.raises(OutputRenamedError):
+            store.join_query(query, run, batch)
+    else:
+        store.join_query(query, run, batch)

@@ -40,6 +40,11 @@ def test_failure_free_run_is_exact(spark: Any, kafka_bootstrap: str, redis_url: 
     keys = list(client.scan_iter(f"dedup:{{{app_id}:p*}}:sink:ckpt:*"))
     batches = {k.decode().rsplit(":", 1)[1] for k in keys}
     assert len(batches) <= 1, f"checkpoints of committed batches were not collected: {batches}"
+    # The data source's tasks record the output as a writer of the query, with its
+    # last batch and the query's run (what refuses a rename mid-batch).
+    began = [client.hget(key, app_id) for key in client.scan_iter("dedup:query:*:outputs")]
+    last = [value.decode().split(":", 1) for value in began if value is not None]
+    assert len(last) == 1 and int(last[0][0]) >= 2 and len(last[0][1]) == 36, last
     # Every partition write that produced reached the driver with its phases.
     timed = [t for t in sinks.read_phase_timings(timings) if "produce" in t]
     assert timed, "no phase timings reached the driver"
