@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the mutant matrix (benchmarks/chaos/mutants.py): each broken "
                              "variant of the toolkit must be caught by the checks; optionally "
                              "a comma-separated list of mutants. Honours --seed, --resume, "
-                             "--max-minutes and --no-summary; writes chaos_mutants.json")
+                             "--max-minutes, --no-summary and --variant (every run also on "
+                             "that pipeline); writes chaos_mutants[_<variant>].json")
     parser.add_argument("--name", default="",
                         help="results file name (JSON + markdown; default chaos, or "
                              "chaos_operational with --operational)")
@@ -76,8 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         if unknown_mutants:
             parser.error(f"unknown mutants {sorted(unknown_mutants)}; known: "
                          f"{', '.join(KNOWN_MUTANTS)}")
+        if args.variant:
+            from benchmarks.chaos.mutants import VARIANTS
+
+            if args.variant not in VARIANTS:
+                parser.error(f"unknown pipeline variant {args.variant!r}; known: "
+                             f"{', '.join(VARIANTS)}")
+        name = args.name or ("chaos_mutants" + (f"_{args.variant}" if args.variant else ""))
         return run_matrix(RESULTS_DIR, args.seed, names or None, args.resume,
-                          args.max_minutes, not args.no_summary, args.name or "chaos_mutants")
+                          args.max_minutes, not args.no_summary, name, args.variant)
     if args.operational + args.cluster + args.all > 1:
         parser.error("--operational, --cluster and --all are separate matrices: run them one "
                      "at a time")

@@ -86,25 +86,51 @@ PLANS: dict[str, Plan] = {
 assert set(PLANS) == set(KNOWN_MUTANTS), "every mutant needs a plan"
 
 
-def schedule(seed: int, names: list[str] | None = None) -> list[RunSpec]:
-    """The mutant runs of ``names`` (default all), then one control run per mutant.
+# Variants that cannot be combined: one pass leaves no place for user code.
+_EXCLUSIVE = ({"one_pass", "nondeterministic"},)
+
+
+def combined_variant(plan: Plan, variant: str = "") -> str:
+    """The pipeline variant of a mutant's runs when the whole matrix runs ``variant``
+    too (``a+b``: both applied); ``""`` for none."""
+    return "+".join(part for part in (plan.variant, variant) if part)
+
+
+def not_applicable(variant: str) -> dict[str, str]:
+    """The mutants whose plan cannot run with ``variant`` (name -> why)."""
+    out = {}
+    for name, plan in PLANS.items():
+        parts = set(combined_variant(plan, variant).split("+"))
+        clash = next((pair for pair in _EXCLUSIVE if pair <= parts), None)
+        if clash is not None:
+            out[name] = (f"its {plan.variant} pipeline needs user code between the dedup "
+                         f"step and the sink, which the {variant} pipeline has no place for")
+    return out
+
+
+def schedule(seed: int, names: list[str] | None = None, variant: str = "") -> list[RunSpec]:
+    """The mutant runs of ``names`` (default all), then one control run per mutant,
+    each on its plan's pipeline variant combined with ``variant``.
 
     Seeded like the other matrices, and stable per mutant: a mutant's specs do
-    not depend on which others are selected.
+    not depend on which others are selected. Mutants whose plan cannot run with
+    ``variant`` (:func:`not_applicable`) are left out.
     """
     batches = ROWS // ROWS_PER_BATCH
     specs: list[RunSpec] = []
     controls: list[RunSpec] = []
+    skip = not_applicable(variant)
     for number, name in enumerate(KNOWN_MUTANTS):
-        if names and name not in names:
+        if (names and name not in names) or name in skip:
             continue
         plan = PLANS[name]
+        both = combined_variant(plan, variant)
         rng = random.Random(seed * 100 + number)
         for i in range(plan.runs):
             spec = RunSpec(index=number * 10 + i, kind=plan.kind,
                            seed=rng.randrange(1, 1_000_000),
                            batch=rng.randrange(1, batches - 2), point=plan.point,
-                           mutant=name, variant=plan.variant)
+                           mutant=name, variant=both)
             specs.append(spec)
             if i == 0:
                 controls.append(RunSpec(index=1000 + number, kind=spec.kind, seed=spec.seed,
@@ -116,8 +142,19 @@ def schedule(seed: int, names: list[str] | None = None) -> list[RunSpec]:
 # -- pipeline variants (in-process runs) --------------------------------------
 
 def apply_variant(run: Run, text: str) -> tuple[str, Callable[[Any], Any] | None]:
-    """The pipeline file and the user transform of ``run.spec.variant``; arms what it needs."""
-    variant = run.spec.variant
+    """The pipeline file and the user transform of ``run.spec.variant`` (``a+b``: each
+    applied in turn); arms what it needs."""
+    transform = None
+    for part in run.spec.variant.split("+"):
+        text, made = _apply_one(run, text, part)
+        transform = made or transform
+    if "+" in run.spec.variant:
+        run.fault.evidence["variant"] = "; ".join(
+            VARIANTS[part] for part in run.spec.variant.split("+"))
+    return text, transform
+
+
+def _apply_one(run: Run, text: str, variant: str) -> tuple[str, Callable[[Any], Any] | None]:
     if variant == "nondeterministic":
         return text, _attempt_tagged
     if variant == "tiny_bloom":
@@ -185,8 +222,10 @@ def caught_by(result: RunResult) -> dict[str, int]:
 
 
 def figures(results: list[RunResult], seed: int, metadata: dict[str, Any],
-            scheduled: int) -> dict[str, Any]:
-    """Per mutant: runs, caught, which checks caught it (with numbers), the control."""
+            scheduled: int, variant: str = "") -> dict[str, Any]:
+    """Per mutant: runs, caught, which checks caught it (with numbers), the control;
+    ``variant``: the pipeline variant the whole matrix ran (its inapplicable mutants
+    are listed with the reason)."""
     per: dict[str, dict[str, Any]] = {}
     for name, description in KNOWN_MUTANTS.items():
         runs = sorted((r for r in results if r.spec.mutant == name), key=lambda r: r.spec.index)
@@ -205,7 +244,8 @@ def figures(results: list[RunResult], seed: int, metadata: dict[str, Any],
         per[name] = {
             "description": description, "kind": plan.kind,
             "point": plan.point if plan.kind == "worker_kill" else "",
-            "variant": plan.variant, "expected_check": plan.expect,
+            "variant": runs[0].spec.variant if runs else plan.variant,
+            "expected_check": plan.expect,
             "runs": len(runs), "caught_runs": caught_runs, "caught": caught_runs > 0,
             "caught_by": checks,
             "faults_confirmed": sum(1 for r in runs if r.fault.confirmed),
@@ -215,7 +255,9 @@ def figures(results: list[RunResult], seed: int, metadata: dict[str, Any],
             "runs_detail": [_run_row(r) for r in runs],
         }
     caught = sum(1 for row in per.values() if row["caught"])
-    return {**metadata, "seed": seed, "runs": len(results), "runs_scheduled": scheduled,
+    return {**metadata, "seed": seed, "variant": variant,
+            "not_applicable": not_applicable(variant),
+            "runs": len(results), "runs_scheduled": scheduled,
             "mutants": len(per), "mutants_caught": caught,
             "not_caught": sorted(n for n, row in per.items() if not row["caught"]),
             "controls_exact": sum(1 for row in per.values()
@@ -236,7 +278,10 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         f"Mutant matrix of {data.get('date', '?')}: {data['mutants_caught']} of "
         f"{data['mutants']} mutants caught, {data['runs']} runs (controls included), seed "
-        f"{data['seed']}; controls exact: {data['controls_exact']}.",
+        f"{data['seed']}; controls exact: {data['controls_exact']}."
+        + (f" Every run on the {data['variant']} pipeline." if data.get("variant") else ""),
+        *(f"Not applicable: `{name}` ({why})."
+          for name, why in data.get("not_applicable", {}).items()),
         "",
         "| mutant | exposed by | runs | caught runs | caught by | control |",
         "|---|---|---:|---:|---|---|",
@@ -254,13 +299,15 @@ def markdown(data: dict[str, Any]) -> str:
 
 def run_matrix(results_dir: Path, seed: int, names: list[str] | None, resume: bool,
                max_minutes: float, summary: bool,
-               name: str = "chaos_mutants") -> int:
-    """Run (or resume) the mutant matrix; write its figures. 0 when every mutant run is
-    caught and every control exact, else 1."""
+               name: str = "chaos_mutants", variant: str = "") -> int:
+    """Run (or resume) the mutant matrix, every run also on the pipeline ``variant``
+    (e.g. ``one_pass``); write its figures. 0 when every mutant is caught and every
+    control exact, else 1. ``summary.json`` gets ``chaos_mutants`` and
+    ``chaos_mutants_caught`` (with a variant: ``chaos_mutants_<variant>``, ...)."""
     from benchmarks.chaos.__main__ import _kafka_version, _redis_version
     from benchmarks.common import merge_summary, run_metadata
 
-    specs = schedule(seed, names)
+    specs = schedule(seed, names, variant)
     progress = results_dir / f"{name}.progress.jsonl"
     results = finished_runs(progress, specs) if resume else []
     if results:
@@ -277,15 +324,15 @@ def run_matrix(results_dir: Path, seed: int, names: list[str] | None, resume: bo
 
     run_schedule(specs, results, progress, max_minutes, line)
     metadata = {**run_metadata(), "kafka": _kafka_version(), "redis": _redis_version()}
-    data = figures(results, seed, metadata, scheduled=len(specs))
+    data = figures(results, seed, metadata, scheduled=len(specs), variant=variant)
     data["runs_detail"] = [r.as_dict() for r in sorted(results, key=lambda r: r.spec.index)]
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / f"{name}.json").write_text(
         json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     (results_dir / f"{name}.md").write_text(markdown(data))
     if summary:
-        merge_summary({"chaos_mutants": data["mutants"],
-                       "chaos_mutants_caught": data["mutants_caught"]})
+        key = f"chaos_mutants_{variant}" if variant else "chaos_mutants"
+        merge_summary({key: data["mutants"], f"{key}_caught": data["mutants_caught"]})
     print(json.dumps({k: data[k] for k in ("runs", "mutants", "mutants_caught", "not_caught",
                                            "controls_exact")}))
     ok = data["mutants_caught"] == data["mutants"] and data["controls_exact"] == data["mutants"]

@@ -82,3 +82,34 @@ def test_the_one_pass_variant_switches_the_pipeline_file_to_one_pass(tmp_path: A
     assert transform is None
     assert parse_pipeline(text).table("sink")["one_pass"] is True
     assert run.fault.evidence["variant"] == VARIANTS["one_pass"]
+
+
+def test_a_matrix_on_the_one_pass_pipeline_combines_variants_and_leaves_out_user_code(
+        tmp_path: Any) -> None:
+    from types import SimpleNamespace
+
+    from benchmarks.chaos.mutants import apply_variant, not_applicable
+    from benchmarks.chaos.runner import pipeline_text
+    from dedup.cli.config_file import parse_pipeline
+
+    specs = schedule(5, None, "one_pass")
+    skipped = not_applicable("one_pass")
+    # the mutants whose plan puts non-deterministic user code between the steps
+    assert set(skipped) == {n for n, p in PLANS.items() if p.variant == "nondeterministic"}
+    assert skipped and {s.mutant for s in specs if s.mutant} == set(PLANS) - set(skipped)
+    assert all(s.variant.split("+")[-1] == "one_pass" for s in specs)
+    # a mutant's runs are the plain matrix's, on the combined pipeline
+    plain = [s for s in schedule(5) if s.mutant == "stale_bloom_trusted"]
+    both = [s for s in specs if s.mutant == "stale_bloom_trusted"]
+    assert [(s.index, s.seed, s.batch) for s in both] == [(s.index, s.seed, s.batch)
+                                                          for s in plain]
+    assert {s.variant for s in both} == {"tiny_bloom+one_pass"}
+    run = SimpleNamespace(spec=both[0], app_id="chaos-1-x", topic="chaos-1-x-out",
+                          fault=FaultOutcome(kind=both[0].kind), fp_dir=tmp_path)
+    text, transform = apply_variant(run, pipeline_text(run.app_id, run.topic,  # type: ignore[arg-type]
+                                                       both[0]))
+    pipeline = parse_pipeline(text)
+    assert transform is None and pipeline.table("sink")["one_pass"] is True
+    assert pipeline.table("dedup")["bloom_capacity"] == 20
+    data = figures([], 5, {"date": "d"}, len(specs), variant="one_pass")
+    assert data["not_applicable"] == skipped and "Not applicable" in markdown(data)
