@@ -81,11 +81,14 @@ def _transient_cause(cause: BaseException | None) -> bool:
 
 
 def is_failover_error(exc: BaseException, topology: Topology, key: str,
-                      required: Callable[[], int]) -> bool:
+                      required: Callable[[], int],
+                      unavailable: tuple[type[DedupError], ...] = (CatalogUnavailableError,)
+                      ) -> bool:
     """Whether ``exc``, raised by a claim of the shard whose state is ``key``, may be a
     failover under way, so that repeating the claim later may succeed.
 
-    Re-reads the topology. Safe to repeat; never raises.
+    ``unavailable``: the caller's errors for an unreachable Redis (the redis-py error
+    as their cause). Re-reads the topology. Safe to repeat; never raises.
     """
     if isinstance(exc, ReplicaAckError):
         # Too few replicas acknowledged. A failover when the slot's primary (of now)
@@ -98,7 +101,7 @@ def is_failover_error(exc: BaseException, topology: Topology, key: str,
             return topology.cluster and _transient_cause(probe.__cause__)
         except DedupError:
             return False
-    if not isinstance(exc, CatalogUnavailableError) or not topology.cluster:
+    if not isinstance(exc, unavailable) or not topology.cluster:
         return False  # a single Redis does not fail over by itself: fail as before
     return _transient_cause(exc.__cause__)
 
@@ -106,13 +109,17 @@ def is_failover_error(exc: BaseException, topology: Topology, key: str,
 def ride_out_failover(attempt: Callable[[], T], topology: Topology, key: str,
                       required: Callable[[], int], wait_seconds: float, what: str,
                       clock: Callable[[], float] = time.monotonic,
-                      sleep: Callable[[float], None] = time.sleep) -> T:
+                      sleep: Callable[[float], None] = time.sleep,
+                      unavailable: tuple[type[DedupError], ...] = (CatalogUnavailableError,)
+                      ) -> T:
     """Run ``attempt`` and repeat it, with backoff, while it fails with a failover
     error (:func:`is_failover_error`), for up to ``wait_seconds``.
 
     ``attempt`` must be safe to repeat (a claim is). ``key`` is the shard's state
     key (it names the slot), ``required`` returns the replicas claims wait for
-    (asked only after a :class:`ReplicaAckError`).
+    (asked only after a :class:`ReplicaAckError`). ``unavailable``: the errors
+    ``attempt`` raises for an unreachable Redis (the sink's checkpoint store has
+    its own).
 
     Returns
     -------
@@ -132,10 +139,10 @@ def ride_out_failover(attempt: Callable[[], T], topology: Topology, key: str,
     while True:
         try:
             result = attempt()
-        except CatalogUnavailableError as exc:
+        except unavailable as exc:
             now = clock()
             if wait_seconds <= 0 or now >= deadline \
-                    or not is_failover_error(exc, topology, key, required):
+                    or not is_failover_error(exc, topology, key, required, unavailable):
                 if repeats:
                     log.warning("%s still fails after %d repeats over %.1f s of a failover "
                                 "wait; the batch fails", what, repeats, now - started)

@@ -265,13 +265,26 @@ class CheckpointStore:
             "that Redis runs and option redis.url (password, TLS)")
 
     def _call(self, what: str, fn: Any) -> Any:
+        """``fn()`` (a Redis call that is safe to repeat), repeated with backoff while a
+        Redis Cluster fails over, for up to ``failover_wait`` seconds, as a claim is
+        (:func:`dedup.failover.ride_out_failover`): Spark's task attempts come one
+        right after the other and would all fail inside the failover. Other errors,
+        and the last one once the wait is used up, raise
+        :class:`CheckpointUnavailableError` (the task fails)."""
         import redis
         from redis.exceptions import RedisClusterException
 
-        try:
-            return fn()
-        except (redis.RedisError, RedisClusterException) as exc:
-            raise self.unreachable(what, exc) from exc
+        from dedup.failover import ride_out_failover
+
+        def once() -> Any:
+            try:
+                return fn()
+            except (redis.RedisError, RedisClusterException) as exc:
+                raise self.unreachable(what, exc) from exc
+
+        return ride_out_failover(once, _Topology(self), "", lambda: 0,
+                                 float(getattr(self.redis_config, "failover_wait", 0.0)),
+                                 f"sink: {what}", unavailable=(CheckpointUnavailableError,))
 
     def record_intent(self, query_id: str, batch: int, partition: int) -> None:
         """Note that ``batch`` is about to be committed to Kafka (with the time, ms)."""
@@ -361,20 +374,20 @@ class CheckpointStore:
         Safe to repeat: every caller gets the first attempt's records back.
         Redis errors raise :class:`CheckpointUnavailableError` (the task fails).
         """
-        import redis
-        from redis.exceptions import RedisClusterException
-
         key = self.key(query_id, batch, partition)
-        try:
+
+        def write() -> tuple[bool, Any]:
             # Index first: a checkpoint that exists is always findable by GC.
             self.client.zadd(self.index_key, {f"{query_id}:{batch}:{partition}": batch})
-            won = bool(self.client.set(key, data, nx=True))
-            if won:
-                return data, True
-            stored = self.client.get(key)
-        except (redis.RedisError, RedisClusterException) as exc:
-            raise self.unreachable(
-                f"write the sink checkpoint of batch {batch} partition {partition}", exc) from exc
+            if self.client.set(key, data, nx=True):
+                return True, data
+            # lost or not: a repeat whose first SET's reply was lost reads its own data
+            return False, self.client.get(key)
+
+        won, stored = self._call(
+            f"write the sink checkpoint of batch {batch} partition {partition}", write)
+        if won:
+            return data, True
         if stored is None:
             raise CheckpointStateError(
                 f"the sink checkpoint of batch {batch} partition {partition} vanished between "
@@ -393,10 +406,7 @@ class CheckpointStore:
 
         Call only for batches Spark has committed. Safe to repeat.
         """
-        import redis
-        from redis.exceptions import RedisClusterException
-
-        try:
+        def collect() -> int:
             members = self.client.zrangebyscore(self.index_key, "-inf", f"({before_batch}")
             removed = 0
             for raw in members:
@@ -407,12 +417,32 @@ class CheckpointStore:
                 removed += int(self.client.delete(self.key(qid, int(batch), int(partition))))
                 self.client.zrem(self.index_key, member)
             return removed
-        except (redis.RedisError, RedisClusterException) as exc:
-            raise self.unreachable("collect the checkpoints of committed batches", exc) from exc
+
+        return int(self._call("collect the checkpoints of committed batches", collect))
 
     def drop_query(self, query_id: str) -> int:
         """Delete every checkpoint of ``query_id`` (after the query is gone for good)."""
         return self.collect_garbage(query_id, 2**62)
+
+
+class _Topology:
+    """:class:`dedup.failover.Topology` of the sink's Redis (its writes wait for no
+    replica, so only a cluster's failover errors are waited out)."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self.store = store
+
+    @property
+    def cluster(self) -> bool:
+        return bool(getattr(self.store.redis_config, "cluster", False))
+
+    def refresh(self) -> None:
+        from dedup.redis_nodes import refresh_topology
+
+        refresh_topology(self.store.client)  # never raises
+
+    def connected_replicas(self, key: str) -> int:
+        return 0  # never asked: the sink raises no ReplicaAckError
 
 
 def release_on_stop(spark: Any, spark_query_id: str, owner: str, config: Any) -> bool:
