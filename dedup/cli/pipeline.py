@@ -243,6 +243,9 @@ def sink_frame(frame: DataFrame, pipeline: PipelineFile, carry: list[str] | None
     elif key and key != "key":
         raise ConfigError(f"sink.key_column {key!r} is not a column; available: "
                           f"{', '.join(columns)} (set it to \"\" for no key)")
+    # a carried column that is missing is named by the step that needs it
+    selected += [sf.col(c) for c in carry or [] if c in frame.columns
+                 and c not in ("key", "value", DEFAULT_ID_COLUMN)]
     return frame.select(*selected)
 
 
