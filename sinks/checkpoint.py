@@ -283,7 +283,7 @@ class CheckpointStore:
                 raise self.unreachable(what, exc) from exc
 
         return ride_out_failover(once, _Topology(self), "", lambda: 0,
-                                 float(getattr(self.redis_config, "failover_wait", 0.0)),
+                                 self.redis_config.failover_wait,
                                  f"sink: {what}", unavailable=(CheckpointUnavailableError,))
 
     def record_intent(self, query_id: str, batch: int, partition: int) -> None:
@@ -434,7 +434,7 @@ class _Topology:
 
     @property
     def cluster(self) -> bool:
-        return bool(getattr(self.store.redis_config, "cluster", False))
+        return bool(self.store.redis_config.cluster)
 
     def refresh(self) -> None:
         from dedup.redis_nodes import refresh_topology
