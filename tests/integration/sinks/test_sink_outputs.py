@@ -66,12 +66,14 @@ def test_two_outputs_with_one_output_name_are_refused(spark: Any, kafka_bootstra
     assert read_output(kafka_bootstrap, second_topic, "read_uncommitted") == []
 
 
-def test_an_output_renamed_while_a_batch_is_unfinished_is_refused(
+def test_an_output_renamed_or_moved_to_another_topic_mid_batch_is_refused(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_checkpoint: str) -> None:
     """The driver dies after the sink committed batch 1 but before Spark recorded it; the
     query restarts from its checkpoint with the output renamed. The new name has no batch
-    marker, so without a guard it writes batch 1 a second time."""
+    marker, so without a guard it writes batch 1 a second time. Or it restarts with
+    another topic: the partitions already committed are skipped, and the new topic
+    never gets them."""
     topics, expected = fill_input(kafka_bootstrap, app_id)
     options = {**sink_options(kafka_bootstrap, topics, app_id, redis_url),
                "output.name": "main"}
@@ -98,7 +100,21 @@ def test_an_output_renamed_while_a_batch_is_unfinished_is_refused(
         assert part in message, message
     assert report.duplicated == 0 and report.phantoms == 0, report.summary()
     renamed.release()
-    # The way out the refusal names: the old name once, until the batch is committed.
+    # The same name, another topic: the partitions committed to the old topic would
+    # be skipped (their markers say done), so the new topic would lack them.
+    moved_topic = f"{app_id}-moved"
+    ensure_topic(kafka_bootstrap, moved_topic, OUT_PARTITIONS)
+    moved = ExactlyOnceKafkaForeachBatch({**options, "topic": moved_topic})
+    refused = run_foreach_batch(stream(), moved, tmp_checkpoint)
+    assert refused.exception() is not None, (
+        f"the new topic was not refused: it holds {len(read_output(kafka_bootstrap, moved_topic))}"
+        f" records of {len(expected)}")
+    message = str(refused.exception())
+    for part in (f"'{topics.out}'", f"'{moved_topic}'", "batch 1"):
+        assert part in message, message
+    assert read_output(kafka_bootstrap, moved_topic, "read_uncommitted") == []
+    moved.release()
+    # The way out the refusals name: the old names once, until the batch is committed.
     restored = ExactlyOnceKafkaForeachBatch(options)
     done = run_foreach_batch(stream(), restored, tmp_checkpoint)
     assert done.exception() is None, done.exception()
