@@ -19,10 +19,11 @@ Key layout (``{...}`` is the Redis Cluster hash tag, one slot per (app, partitio
     Hash ``owner`` (query id), ``until`` (ms, Redis's clock): the output's lease.
 ``dedup:query:{<query id>}:outputs``
     Hash of the outputs (``<app>``) that write one streaming query, each with
-    ``<batch>:<run id>``: the last batch it began and the run of the query (Spark's
-    run id, new at every start) it began it in. An output new to the query may not
-    begin a batch another output began in an earlier run: that batch was cut short
-    and is being replayed, and a renamed output would write it again.
+    ``<batch>:<run id>:<topic>``: the last batch it began, the run of the query
+    (Spark's run id, new at every start) it began it in and its option ``topic``. A
+    batch another run began is being replayed: an output new to the query may not
+    begin it (a renamed output would write it again), nor may an output whose
+    topic changed (its committed partitions would not reach the new topic).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from sinks.config import sink_identity
 from sinks.exceptions import (
     CheckpointStateError,
     CheckpointUnavailableError,
+    OutputChangedError,
     OutputNameInUseError,
-    OutputRenamedError,
     UnsafeSinkSettingError,
 )
 
@@ -68,22 +69,35 @@ return {1, '', 0}
 """
 
 # Record that an output begins a batch of a query (see the module's key layout).
-# KEYS[1] the query's outputs hash; ARGV: output, batch, run id.
-# Reply {1} when recorded, {0, other output, its batch} when refused.
+# KEYS[1] the query's outputs hash; ARGV: output, batch, run id, topic option.
+# Reply {1} when recorded; refused: {0, other output, its batch} (a new output on a
+# batch another one began in an earlier run) or {2, old topic, batch} (this output
+# began the batch in an earlier run, to another topic).
 _JOIN_LUA = """
 local batch = tonumber(ARGV[2])
-if not redis.call('HGET', KEYS[1], ARGV[1]) then
+local mine = redis.call('HGET', KEYS[1], ARGV[1])
+if mine then
+  local began, run, topic = string.match(mine, '^(%d+):([^:]*):?(.*)$')
+  if began and tonumber(began) >= batch and run ~= ARGV[3] and topic ~= ''
+      and topic ~= ARGV[4] then
+    return {2, topic, began}
+  end
+else
   local all = redis.call('HGETALL', KEYS[1])
   for i = 1, #all, 2 do
-    local began, run = string.match(all[i + 1], '^(%d+):(.*)$')
+    local began, run = string.match(all[i + 1], '^(%d+):([^:]*)')
     if began and tonumber(began) >= batch and run ~= ARGV[3] then
       return {0, all[i], began}
     end
   end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':' .. ARGV[4])
 return {1}
 """
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def query_outputs_key(query_id: str) -> str:
@@ -195,37 +209,47 @@ class CheckpointStore:
         return self._script("lease", _LEASE_LUA, [self.lease_key], [query_id, lease_ms, mode],
                             f"{mode} the lease of sink output {self.identity!r}")
 
-    def join_query(self, query_id: str, run_id: str, batch: int) -> None:
+    def join_query(self, query_id: str, run_id: str, batch: int, topic: str = "") -> None:
         """Record that this output begins ``batch`` of streaming query ``query_id`` in
-        its run ``run_id``. Call before anything of the batch is written; safe to
-        repeat (one round trip per process and batch).
+        its run ``run_id``, to its option ``topic``. Call before anything of the batch
+        is written; safe to repeat (one round trip per process and batch).
 
         Raises
         ------
-        OutputRenamedError
-            This output is new to the query, and another output of it began this
-            batch in an earlier run: the batch was cut short (a driver crash after
-            the sink's commit, before Spark's) and is being replayed. If this
-            output is that one renamed, it has no marker of the batch and would
-            write it again. Fatal: a retry sees the same record.
+        OutputChangedError
+            The batch was cut short (a driver crash after the sink's commit, before
+            Spark's) and is being replayed, and the output changed since: this
+            output is new to the query while another output of it began the batch
+            (if it is that one renamed, it has no marker of the batch and would
+            write it again), or it began the batch to another topic (the
+            partitions it committed there would be skipped, never reaching the
+            new one). Fatal: a retry sees the same record.
         """
         seen = (self.redis_config.url, self.identity, query_id, run_id)
         if _JOINED.get(seen) == batch:
             return
         reply = self._script("join", _JOIN_LUA, [query_outputs_key(query_id)],
-                             [self.identity, batch, run_id],
+                             [self.identity, batch, run_id, topic],
                              f"record that sink output {self.identity!r} begins batch {batch}")
-        if int(reply[0]) != 1:
-            other = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-            began = int(reply[2])
-            raise OutputRenamedError(
+        if int(reply[0]) == 0:
+            other = _text(reply[1])
+            raise OutputChangedError(
                 f"sink output {self.identity!r} (app.id/output.name) is new to streaming "
                 f"query {query_id}, which replays batch {batch}: output {other!r} began batch "
-                f"{began} before the query restarted, and Spark never recorded it as done. "
-                f"If {self.identity!r} is {other!r} renamed, it would write again what "
+                f"{int(reply[2])} before the query restarted, and Spark never recorded it as "
+                f"done. If {self.identity!r} is {other!r} renamed, it would write again what "
                 f"{other!r} committed of that batch (duplicates): restart once with the old "
                 f"app.id and output.name until batch {batch} is committed, then rename (an "
                 "output added at this restart waits the same way)")
+        if int(reply[0]) == 2:
+            old = _text(reply[1])
+            raise OutputChangedError(
+                f"sink output {self.identity!r} replays batch {batch} of streaming query "
+                f"{query_id}, which it began writing to topic {old!r} before the query "
+                f"restarted, and its option topic is now {topic!r}: the partitions it "
+                f"committed went to {old!r} and would be skipped, never reaching {topic!r}. "
+                f"Restart once with topic {old!r} until batch {batch} is committed, then "
+                "change it")
         if len(_JOINED) > 4096:  # one entry per (output, query run): bounded anyway
             _JOINED.clear()
         _JOINED[seen] = batch

@@ -41,11 +41,13 @@ class OutputNameInUseError(SinkConfigError):
     _fatal = True
 
 
-class OutputRenamedError(SinkConfigError):
-    """An output new to a streaming query would write a batch another output of it began
-    before the query restarted (its ``app.id`` or ``output.name`` renamed mid-batch).
+class OutputChangedError(SinkConfigError):
+    """A query replays a batch its sink began before the restart, and the output changed
+    in between: renamed (``app.id`` / ``output.name``: the new name would write the
+    batch again) or moved to another ``topic`` (the partitions committed to the old
+    one would never reach the new one).
 
-    Fatal: restart once with the old names until that batch is committed.
+    Fatal: restart once with the old settings until that batch is committed.
     """
 
     _fatal = True

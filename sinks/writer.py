@@ -110,7 +110,7 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
         with clock("checkpoint"):
             run_id = _run_id()
             if run_id:  # before anything of the batch is written (none outside a query)
-                store.join_query(query_id, run_id, batch)
+                store.join_query(query_id, run_id, batch, config.topic or "")
             stored, won = store.put_if_absent(owner, batch, partition,
                                               encode_batches(arrow))
         # A checkpoint left under this key by an earlier life of a reused

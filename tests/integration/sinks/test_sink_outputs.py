@@ -96,7 +96,7 @@ def test_an_output_renamed_or_moved_to_another_topic_mid_batch_is_refused(
     assert refused.exception() is not None, (
         f"the renamed output was not refused; output: {report.summary()}")
     message = str(refused.exception())
-    for part in (f"'{app_id}/renamed'", f"'{app_id}/main'", "batch 1", "OutputRenamedError"):
+    for part in (f"'{app_id}/renamed'", f"'{app_id}/main'", "batch 1", "OutputChangedError"):
         assert part in message, message
     assert report.duplicated == 0 and report.phantoms == 0, report.summary()
     renamed.release()
@@ -135,13 +135,14 @@ def test_an_output_renamed_or_moved_to_another_topic_mid_batch_is_refused(
 
 
 @pytest.mark.parametrize("case", ["together", "added_later", "replay_of_a_known_output",
-                                  "renamed_mid_batch", "renamed_after_a_clean_stop"])
-def test_the_query_record_of_outputs_refuses_only_a_new_output_on_a_replayed_batch(
+                                  "renamed_mid_batch", "renamed_after_a_clean_stop",
+                                  "moved_mid_batch", "moved_after_a_clean_stop"])
+def test_the_query_record_of_outputs_refuses_only_a_changed_output_on_a_replayed_batch(
         redis_url: str, app_id: str, case: str) -> None:
-    """The record's rules against real Redis, no Spark: which (output, run, batch)
-    sequences are refused. Runs r1 then r2 are two starts of one query."""
+    """The record's rules against real Redis, no Spark: which (output, run, batch,
+    topic) sequences are refused. Runs r1 then r2 are two starts of one query."""
     from dedup.config import RedisConfig
-    from sinks import OutputRenamedError
+    from sinks import OutputChangedError
     from sinks.checkpoint import CheckpointStore
 
     query = f"q-{app_id}"
@@ -158,16 +159,20 @@ def test_the_query_record_of_outputs_refuses_only_a_new_output_on_a_replayed_bat
                                      (other, "r2", 1), (main, "r2", 1)],
         "renamed_mid_batch": [(main, "r1", 0), (main, "r1", 1), (other, "r2", 1)],
         "renamed_after_a_clean_stop": [(main, "r1", 0), (main, "r1", 1), (other, "r2", 2)],
+        "moved_mid_batch": [(main, "r1", 0), (main, "r1", 1), (main, "r2", 1, "t2")],
+        "moved_after_a_clean_stop": [(main, "r1", 0), (main, "r1", 1), (main, "r2", 2, "t2")],
     }[case]
-    *before, last = steps
-    for store, run, batch in before:
-        store.join_query(query, run, batch)
-    store, run, batch = last
-    if case == "renamed_mid_batch":
-        with pytest.raises(OutputRenamedError, match=f"'{app_id}/main' began batch 1"):
-            store.join_query(query, run, batch)
+    *before, last = [(*step, "t1")[:4] for step in steps]
+    for store, run, batch, topic in before:
+        store.join_query(query, run, batch, topic)
+    store, run, batch, topic = last
+    refusal = {"renamed_mid_batch": f"'{app_id}/main' began batch 1",
+               "moved_mid_batch": "began writing to topic 't1'.* is now 't2'"}.get(case)
+    if refusal:
+        with pytest.raises(OutputChangedError, match=refusal):
+            store.join_query(query, run, batch, topic)
         # refused every time, not only the first (nothing was recorded)
-        with pytest.raises(OutputRenamedError):
-            store.join_query(query, run, batch)
+        with pytest.raises(OutputChangedError):
+            store.join_query(query, run, batch, topic)
     else:
-        store.join_query(query, run, batch)
+        store.join_query(query, run, batch, topic)
