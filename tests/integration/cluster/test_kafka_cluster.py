@@ -184,3 +184,47 @@ def _assert_hit(evidence: dict[str, Any]) -> None:
     assert evidence["in_flight"], evidence
     assert evidence["killed_pid"] == evidence["pid"] is not None, evidence
     assert evidence.get("restarted_pid") not in (None, evidence["pid"]), evidence
+
+
+def test_an_output_moved_to_another_kafka_cluster_mid_batch_is_refused(
+        spark: Any, kafka_bootstrap: str, kafka_cluster: KafkaCluster, redis_url: str,
+        app_id: str, tmp_checkpoint: str) -> None:
+    """The driver dies after the sink committed batch 1 but before Spark recorded it; the
+    query restarts with ``kafka.bootstrap.servers`` pointing at another cluster. The
+    Redis copy of the markers says batch 1's partitions are committed, so without a
+    guard they are skipped and the new cluster never gets them."""
+    from tests.integration.sinks.pipeline import check_exact, run_foreach_batch
+
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    options = sink_options(kafka_bootstrap, topics, app_id, redis_url)
+    first = sinks.ExactlyOnceKafkaForeachBatch(options)
+
+    def dies_after_batch_1(df: Any, batch_id: int) -> None:
+        first(df, batch_id)
+        if batch_id == 1:
+            raise RuntimeError("injected: the driver died after the sink committed batch 1")
+
+    def stream() -> Any:
+        return build_stream(spark, kafka_bootstrap, topics, app_id, redis_url)
+
+    failed = run_foreach_batch(stream(), dies_after_batch_1, tmp_checkpoint)
+    assert failed.exception() is not None and "injected" in str(failed.exception())
+    first.release()
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(topics.out, OUT_PARTITIONS, 3)]).values():
+        future.result(30)
+    moved = sinks.ExactlyOnceKafkaForeachBatch(
+        {**options, "kafka.bootstrap.servers": kafka_cluster.bootstrap_servers})
+    refused = run_foreach_batch(stream(), moved, tmp_checkpoint)
+    there = verify_topic(kafka_cluster.bootstrap_servers, topics.out, expected)
+    assert refused.exception() is not None, (
+        f"the move to another cluster was not refused; there: {there.summary()}")
+    assert "cluster" in str(refused.exception()) and "batch 1" in str(refused.exception())
+    moved.release()
+    # the way out: the old cluster once, until the batch is committed
+    restored = sinks.ExactlyOnceKafkaForeachBatch(options)
+    done = run_foreach_batch(stream(), restored, tmp_checkpoint)
+    assert done.exception() is None, done.exception()
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
+    restored.release()
