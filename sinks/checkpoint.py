@@ -19,11 +19,12 @@ Key layout (``{...}`` is the Redis Cluster hash tag, one slot per (app, partitio
     Hash ``owner`` (query id), ``until`` (ms, Redis's clock): the output's lease.
 ``dedup:query:{<query id>}:outputs``
     Hash of the outputs (``<app>``) that write one streaming query, each with
-    ``<batch>:<run id>:<topic>``: the last batch it began, the run of the query
-    (Spark's run id, new at every start) it began it in and its option ``topic``. A
-    batch another run began is being replayed: an output new to the query may not
-    begin it (a renamed output would write it again), nor may an output whose
-    topic changed (its committed partitions would not reach the new topic).
+    ``<batch>:<run id>:<topic>:<cluster id>``: the last batch it began, the run of
+    the query (Spark's run id, new at every start) it began it in, its option
+    ``topic`` and its Kafka cluster. A batch another run began is being replayed: an
+    output new to the query may not begin it (a renamed output would write it
+    again), nor may an output whose topic or cluster changed (its committed
+    partitions would not reach the new one).
 """
 
 from __future__ import annotations
@@ -69,18 +70,18 @@ return {1, '', 0}
 """
 
 # Record that an output begins a batch of a query (see the module's key layout).
-# KEYS[1] the query's outputs hash; ARGV: output, batch, run id, topic option.
-# Reply {1} when recorded; refused: {0, other output, its batch} (a new output on a
-# batch another one began in an earlier run) or {2, old topic, batch} (this output
-# began the batch in an earlier run, to another topic).
+# KEYS[1] the query's outputs hash; ARGV: output, batch, run id, topic option, Kafka
+# cluster id. Reply {1} when recorded; refused: {0, other output, its batch} (a new
+# output on a batch another one began in an earlier run) or {2, old topic, batch, old
+# cluster} (this output began the batch in an earlier run, to another topic or cluster).
 _JOIN_LUA = """
 local batch = tonumber(ARGV[2])
 local mine = redis.call('HGET', KEYS[1], ARGV[1])
 if mine then
-  local began, run, topic = string.match(mine, '^(%d+):([^:]*):?(.*)$')
-  if began and tonumber(began) >= batch and run ~= ARGV[3] and topic ~= ''
-      and topic ~= ARGV[4] then
-    return {2, topic, began}
+  local began, run, topic, cluster = string.match(mine, '^(%d+):([^:]*):?([^:]*):?(.*)$')
+  if began and tonumber(began) >= batch and run ~= ARGV[3]
+      and ((topic ~= '' and topic ~= ARGV[4]) or (cluster ~= '' and cluster ~= ARGV[5])) then
+    return {2, topic, began, cluster}
   end
 else
   local all = redis.call('HGETALL', KEYS[1])
@@ -91,7 +92,7 @@ else
     end
   end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':' .. ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5])
 return {1}
 """
 
@@ -209,10 +210,12 @@ class CheckpointStore:
         return self._script("lease", _LEASE_LUA, [self.lease_key], [query_id, lease_ms, mode],
                             f"{mode} the lease of sink output {self.identity!r}")
 
-    def join_query(self, query_id: str, run_id: str, batch: int, topic: str = "") -> None:
+    def join_query(self, query_id: str, run_id: str, batch: int, topic: str = "",
+                   cluster: str = "") -> None:
         """Record that this output begins ``batch`` of streaming query ``query_id`` in
-        its run ``run_id``, to its option ``topic``. Call before anything of the batch
-        is written; safe to repeat (one round trip per process and batch).
+        its run ``run_id``, to its option ``topic`` on the Kafka cluster whose id is
+        ``cluster``. Call before anything of the batch is written; safe to repeat (one
+        round trip per process and batch).
 
         Raises
         ------
@@ -221,15 +224,15 @@ class CheckpointStore:
             Spark's) and is being replayed, and the output changed since: this
             output is new to the query while another output of it began the batch
             (if it is that one renamed, it has no marker of the batch and would
-            write it again), or it began the batch to another topic (the
-            partitions it committed there would be skipped, never reaching the
-            new one). Fatal: a retry sees the same record.
+            write it again), or it began the batch to another topic or Kafka
+            cluster (the partitions it committed there would be skipped, never
+            reaching the new one). Fatal: a retry sees the same record.
         """
         seen = (self.redis_config.url, self.identity, query_id, run_id)
         if _JOINED.get(seen) == batch:
             return
         reply = self._script("join", _JOIN_LUA, [query_outputs_key(query_id)],
-                             [self.identity, batch, run_id, topic],
+                             [self.identity, batch, run_id, topic, cluster],
                              f"record that sink output {self.identity!r} begins batch {batch}")
         if int(reply[0]) == 0:
             other = _text(reply[1])
@@ -241,6 +244,16 @@ class CheckpointStore:
                 f"{other!r} committed of that batch (duplicates): restart once with the old "
                 f"app.id and output.name until batch {batch} is committed, then rename (an "
                 "output added at this restart waits the same way)")
+        if int(reply[0]) == 2 and _text(reply[1]) == topic:
+            old = _text(reply[3])
+            raise OutputChangedError(
+                f"sink output {self.identity!r} replays batch {batch} of streaming query "
+                f"{query_id}, which it began writing to Kafka cluster {old!r} before the "
+                f"query restarted, and option kafka.bootstrap.servers now reaches cluster "
+                f"{cluster!r}: the partitions it committed went to the old cluster and would "
+                "be skipped (the Redis copy of their markers says done), never reaching the "
+                f"new one. Restart once against the old cluster until batch {batch} is "
+                "committed, then move")
         if int(reply[0]) == 2:
             old = _text(reply[1])
             raise OutputChangedError(

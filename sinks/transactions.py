@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -211,6 +212,28 @@ def call_with_deadline(call: Callable[[], None], seconds: float, what: str) -> N
         )
     if outcome[0] is not None:
         raise outcome[0]
+
+
+_CLUSTER_IDS: dict[str, str] = {}
+
+
+def cluster_id(config: SinkConfig) -> str:
+    """The id of the Kafka cluster ``config`` writes to ('' if the broker reports none),
+    read once per process and bootstrap servers. The query's record of outputs keeps
+    it: a batch replayed against another cluster is refused. Raises a retriable
+    :class:`TransactionFailedError` when the cluster cannot be reached."""
+    known = _CLUSTER_IDS.get(config.bootstrap_servers)
+    if known is None:
+        from confluent_kafka.admin import AdminClient
+
+        settings: dict[str, Any] = {**config.client_config(), "logger": CLIENT_LOG}
+        try:
+            metadata = AdminClient(settings).list_topics(config.marker_topic,
+                                                         timeout=CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            raise _classify(exc, "reading the id of the Kafka cluster") from exc
+        known = _CLUSTER_IDS[config.bootstrap_servers] = str(metadata.cluster_id or "")
+    return known
 
 
 def _marker_consumer(config: SinkConfig, partition: int) -> Consumer:

@@ -17,7 +17,7 @@ from sinks.config import SinkConfig
 from sinks.exceptions import CheckpointSchemaError, OutputNameInUseError
 from sinks.records import InputLayout, iter_rows_as_batches, to_records
 from sinks.timing import PhaseClock
-from sinks.transactions import PartitionResult, write_partition
+from sinks.transactions import PartitionResult, cluster_id, write_partition
 
 
 def _as_arrow(items: Iterable[Any], columns: list[str]) -> Iterable[Any]:
@@ -110,7 +110,8 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
         with clock("checkpoint"):
             run_id = _run_id()
             if run_id:  # before anything of the batch is written (none outside a query)
-                store.join_query(query_id, run_id, batch, config.topic or "")
+                store.join_query(query_id, run_id, batch, config.topic or "",
+                                 cluster_id(config))
             stored, won = store.put_if_absent(owner, batch, partition,
                                               encode_batches(arrow))
         # A checkpoint left under this key by an earlier life of a reused

@@ -136,11 +136,13 @@ def test_an_output_renamed_or_moved_to_another_topic_mid_batch_is_refused(
 
 @pytest.mark.parametrize("case", ["together", "added_later", "replay_of_a_known_output",
                                   "renamed_mid_batch", "renamed_after_a_clean_stop",
-                                  "moved_mid_batch", "moved_after_a_clean_stop"])
+                                  "moved_mid_batch", "moved_after_a_clean_stop",
+                                  "other_cluster_mid_batch"])
 def test_the_query_record_of_outputs_refuses_only_a_changed_output_on_a_replayed_batch(
         redis_url: str, app_id: str, case: str) -> None:
     """The record's rules against real Redis, no Spark: which (output, run, batch,
-    topic) sequences are refused. Runs r1 then r2 are two starts of one query."""
+    topic, Kafka cluster) sequences are refused. Runs r1 then r2 are two starts of one
+    query."""
     from dedup.config import RedisConfig
     from sinks import OutputChangedError
     from sinks.checkpoint import CheckpointStore
@@ -161,18 +163,21 @@ def test_the_query_record_of_outputs_refuses_only_a_changed_output_on_a_replayed
         "renamed_after_a_clean_stop": [(main, "r1", 0), (main, "r1", 1), (other, "r2", 2)],
         "moved_mid_batch": [(main, "r1", 0), (main, "r1", 1), (main, "r2", 1, "t2")],
         "moved_after_a_clean_stop": [(main, "r1", 0), (main, "r1", 1), (main, "r2", 2, "t2")],
+        "other_cluster_mid_batch": [(main, "r1", 0), (main, "r1", 1),
+                                    (main, "r2", 1, "t1", "c2")],
     }[case]
-    *before, last = [(*step, "t1")[:4] for step in steps]
-    for store, run, batch, topic in before:
-        store.join_query(query, run, batch, topic)
-    store, run, batch, topic = last
+    *before, last = [(*step, "t1", "c1")[:5] for step in steps]
+    for store, run, batch, topic, cluster in before:
+        store.join_query(query, run, batch, topic, cluster)
+    store, run, batch, topic, cluster = last
     refusal = {"renamed_mid_batch": f"'{app_id}/main' began batch 1",
-               "moved_mid_batch": "began writing to topic 't1'.* is now 't2'"}.get(case)
+               "moved_mid_batch": "began writing to topic 't1'.* is now 't2'",
+               "other_cluster_mid_batch": "Kafka cluster 'c1'.* cluster 'c2'"}.get(case)
     if refusal:
         with pytest.raises(OutputChangedError, match=refusal):
-            store.join_query(query, run, batch, topic)
+            store.join_query(query, run, batch, topic, cluster)
         # refused every time, not only the first (nothing was recorded)
         with pytest.raises(OutputChangedError):
-            store.join_query(query, run, batch, topic)
+            store.join_query(query, run, batch, topic, cluster)
     else:
-        store.join_query(query, run, batch, topic)
+        store.join_query(query, run, batch, topic, cluster)

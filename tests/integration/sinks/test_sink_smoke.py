@@ -41,10 +41,13 @@ def test_failure_free_run_is_exact(spark: Any, kafka_bootstrap: str, redis_url: 
     batches = {k.decode().rsplit(":", 1)[1] for k in keys}
     assert len(batches) <= 1, f"checkpoints of committed batches were not collected: {batches}"
     # The data source's tasks record the output as a writer of the query, with its
-    # last batch and the query's run (what refuses a rename mid-batch).
+    # last batch, the query's run, topic and Kafka cluster (what refuses a rename, a
+    # new topic or another cluster in the middle of a batch).
     began = [client.hget(key, app_id) for key in client.scan_iter("dedup:query:*:outputs")]
-    last = [value.decode().split(":", 1) for value in began if value is not None]
-    assert len(last) == 1 and int(last[0][0]) >= 2 and len(last[0][1]) == 36, last
+    last = [value.decode().split(":") for value in began if value is not None]
+    assert len(last) == 1, last
+    batch, run, topic, cluster = last[0]
+    assert int(batch) >= 2 and len(run) == 36 and topic == topics.out and cluster, last
     # Every partition write that produced reached the driver with its phases.
     timed = [t for t in sinks.read_phase_timings(timings) if "produce" in t]
     assert timed, "no phase timings reached the driver"
