@@ -27,3 +27,54 @@ def test_the_one_pass_sink_frame_carries_the_event_time(spark: Any) -> None:
     assert out.first()["event_time"] == "2026-11-26 08:00:00"
     # without carry, only the sink's columns
     assert sink_frame(frame, pipeline).columns == ["key", "value", "_record_id"]
+
+
+@pytest.mark.kafka
+@pytest.mark.redis
+def test_a_kept_checkpoint_on_another_redis_is_refused(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
+        tmp_path: Any) -> None:
+    """``dedup run`` restarted from its checkpoint with redis.url pointing at another
+    Redis (moved, replaced, flushed): the catalog there is empty, and the duplicates of
+    every record emitted so far would pass."""
+    from confluent_kafka import Producer
+
+    from dedup.cli.pipeline import Addresses, start_query
+    from dedup.local.services import RedisServer
+    from tests.integration.sinks.pipeline import check_exact, fill_input
+
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=120, duplicates=0)
+    pipeline = parse_pipeline(
+        f'app_id = "{app_id}"\n'
+        f'[source]\ntype = "kafka"\ntopics = ["{topics.source}"]\n'
+        'max_offsets_per_trigger = 60\n'
+        '[ids]\nstrategy = "key"\n[dedup]\nnum_shards = 2\n'
+        f'[sink]\ntopic = "{topics.out}"\nvalue_column = "value"\n')
+
+    def run(url: str) -> None:
+        query = start_query(spark, pipeline, Addresses(url, kafka_bootstrap, kafka_bootstrap),
+                            tmp_checkpoint)
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    run(redis_url)
+    assert check_exact(kafka_bootstrap, topics.out, expected).ok
+    # The first 30 records again (a producer's retries), each copy with its own value.
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(30):
+        producer.produce(topics.source, key=f"id-{i:05d}".encode(),
+                         value=f"value-{i}-copy".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    other = RedisServer(tmp_path / "other-redis").start()
+    refusal = ""
+    try:
+        run(other.url)
+    except Exception as exc:  # the refusal, or the query's failure
+        refusal = f"{type(exc).__name__}: {exc}"
+    finally:
+        other.stop()
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.duplicated == 0, f"not refused ({refusal!r}): {report.summary()}"
+    assert "has no record of" in refusal and tmp_checkpoint in refusal, refusal
