@@ -519,6 +519,21 @@ class RedisCatalog:
         _JOINED.discard((self.config.redis.url, app, query_id))
         return removed
 
+    def knows_query(self, query_id: str) -> bool:
+        """Whether this app id has deduplicated streaming query ``query_id`` in this
+        Redis: a claim recorded the app id for the query, or a progress event the batch
+        Spark committed. Read-only, safe to repeat.
+
+        A query whose checkpoint has committed batches but that this Redis does not
+        know is pointed at another Redis than the one it used (moved, replaced,
+        flushed): the IDs it claimed are unknown here.
+        """
+        client, _ = client_and_scripts(self.config.redis)
+        app = self.config.app_id
+        with redis_errors(self.config.redis, "looking up a streaming query"):
+            return bool(client.hexists(query_apps_key(query_id), app)) or \
+                bool(client.hexists(queries_key(app), query_id))
+
     def join_query(self, query_id: str, batch: int) -> None:
         """Record that this app id deduplicates ``query_id`` from ``batch`` on. Safe to
         repeat (one round trip per process and query).

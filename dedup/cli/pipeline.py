@@ -249,17 +249,62 @@ def sink_frame(frame: DataFrame, pipeline: PipelineFile, carry: list[str] | None
     return frame.select(*selected)
 
 
+def checkpoint_history(checkpoint: str) -> tuple[str, int] | None:
+    """``(query id, last committed batch)`` of the Spark checkpoint at ``checkpoint``;
+    None when it has no committed batch, or is not on the local file system (not read:
+    HDFS, object stores)."""
+    from pathlib import Path
+
+    if "://" in checkpoint and not checkpoint.startswith("file:"):
+        return None
+    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+    try:
+        committed = [int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()]
+        query_id = json.loads((root / "metadata").read_text().splitlines()[0])["id"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None  # no checkpoint yet (or not Spark's): nothing to compare with
+    return (str(query_id), max(committed)) if committed else None
+
+
+def check_catalog_knows(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
+    """Refuse to resume a checkpoint with committed batches against a Redis that has no
+    record of its query (another URL, a replaced or flushed Redis): the IDs claimed so
+    far are unknown there, and their duplicates would pass. Read-only."""
+    history = checkpoint_history(checkpoint)
+    if history is None or not pipeline.table("dedup")["enabled"]:
+        return
+    from dedup.catalog import RedisCatalog
+    from dedup.config import redact_url
+    from dedup.exceptions import SettingChangedError
+
+    query_id, last = history
+    if RedisCatalog(dedup_config(pipeline, redis_url)).knows_query(query_id):
+        return
+    raise SettingChangedError(
+        f"checkpoint {checkpoint} holds streaming query {query_id}, committed up to batch "
+        f"{last}, but the Redis at {redact_url(redis_url)} has no record of it under app id "
+        f"{pipeline.app_id!r}: it is not the Redis this query deduplicated with (another "
+        "URL, or a replaced or flushed Redis), the IDs claimed so far are unknown there, and "
+        "their duplicates would pass. Point redis.url at the Redis the query used; if that "
+        "catalog is lost for good, start with a new checkpoint (duplicates of records "
+        "emitted before are then not caught). A dedup step added to a pipeline that ran "
+        "without one needs a new checkpoint too")
+
+
 def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresses,
                 checkpoint: str, fail_point_dir: str | None = None,
                 transform: Callable[[DataFrame], DataFrame] | None = None,
                 watcher: QueryWatcher | None = None) -> StreamingQuery:
     """Build the pipeline and start it from ``checkpoint`` (resumes when it exists).
 
+    Refused (:class:`~dedup.exceptions.SettingChangedError`) when the checkpoint has
+    committed batches that the Redis has no record of (:func:`check_catalog_knows`).
     ``transform`` is user code between the dedup step and the sink (the chaos
     runner's non-deterministic step); the pipeline file has none. A
     ``watcher`` of the query is given the one-pass step's counts, which
     Spark's progress reports do not carry.
     """
+    check_catalog_knows(pipeline, addresses.redis_url, checkpoint)
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
     from sinks.config import DEPRECATED_OPTIONS
