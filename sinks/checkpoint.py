@@ -244,24 +244,18 @@ class CheckpointStore:
                 f"{other!r} committed of that batch (duplicates): restart once with the old "
                 f"app.id and output.name until batch {batch} is committed, then rename (an "
                 "output added at this restart waits the same way)")
-        if int(reply[0]) == 2 and _text(reply[1]) == topic:
-            old = _text(reply[3])
-            raise OutputChangedError(
-                f"sink output {self.identity!r} replays batch {batch} of streaming query "
-                f"{query_id}, which it began writing to Kafka cluster {old!r} before the "
-                f"query restarted, and option kafka.bootstrap.servers now reaches cluster "
-                f"{cluster!r}: the partitions it committed went to the old cluster and would "
-                "be skipped (the Redis copy of their markers says done), never reaching the "
-                f"new one. Restart once against the old cluster until batch {batch} is "
-                "committed, then move")
         if int(reply[0]) == 2:
-            old = _text(reply[1])
+            # the topic changed, or else the cluster
+            what, old, now = (("topic", _text(reply[1]), f"its option topic is now {topic!r}")
+                              if _text(reply[1]) != topic else
+                              ("Kafka cluster", _text(reply[3]), "option kafka.bootstrap.servers "
+                               f"now reaches cluster {cluster!r}"))
             raise OutputChangedError(
                 f"sink output {self.identity!r} replays batch {batch} of streaming query "
-                f"{query_id}, which it began writing to topic {old!r} before the query "
-                f"restarted, and its option topic is now {topic!r}: the partitions it "
-                f"committed went to {old!r} and would be skipped, never reaching {topic!r}. "
-                f"Restart once with topic {old!r} until batch {batch} is committed, then "
+                f"{query_id}, which it began writing to {what} {old!r} before the query "
+                f"restarted, and {now}: the partitions it committed went to {old!r} and would "
+                f"be skipped (their batch markers say done), never reaching the new {what}. "
+                f"Restart once with the old {what} until batch {batch} is committed, then "
                 "change it")
         if len(_JOINED) > 4096:  # one entry per (output, query run): bounded anyway
             _JOINED.clear()

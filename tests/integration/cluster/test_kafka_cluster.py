@@ -193,21 +193,16 @@ def test_an_output_moved_to_another_kafka_cluster_mid_batch_is_refused(
     query restarts with ``kafka.bootstrap.servers`` pointing at another cluster. The
     Redis copy of the markers says batch 1's partitions are committed, so without a
     guard they are skipped and the new cluster never gets them."""
-    from tests.integration.sinks.pipeline import check_exact, run_foreach_batch
+    from tests.integration.sinks.pipeline import check_exact, dies_after_commit, run_foreach_batch
 
     topics, expected = fill_input(kafka_bootstrap, app_id)
     options = sink_options(kafka_bootstrap, topics, app_id, redis_url)
     first = sinks.ExactlyOnceKafkaForeachBatch(options)
 
-    def dies_after_batch_1(df: Any, batch_id: int) -> None:
-        first(df, batch_id)
-        if batch_id == 1:
-            raise RuntimeError("injected: the driver died after the sink committed batch 1")
-
     def stream() -> Any:
         return build_stream(spark, kafka_bootstrap, topics, app_id, redis_url)
 
-    failed = run_foreach_batch(stream(), dies_after_batch_1, tmp_checkpoint)
+    failed = run_foreach_batch(stream(), dies_after_commit(first, 1), tmp_checkpoint)
     assert failed.exception() is not None and "injected" in str(failed.exception())
     first.release()
     admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers})

@@ -148,6 +148,19 @@ def run_foreach_batch(df: Any, function: Any, checkpoint: str, timeout: float = 
     return query
 
 
+def dies_after_commit(sink: Any, batch: int) -> Any:
+    """A ``foreachBatch`` function that writes with ``sink`` and then fails at ``batch``,
+    as a driver that died after the sink's commit and before Spark's."""
+
+    def function(df: Any, batch_id: int) -> None:
+        sink(df, batch_id)
+        if batch_id == batch:
+            raise RuntimeError(f"injected: the driver died after the sink committed batch "
+                               f"{batch}")
+
+    return function
+
+
 def read_output(bootstrap: str, topic: str, isolation: str = "read_committed"
                 ) -> list[ConsumedRecord]:
     return consume_all(bootstrap, topic, isolation, idle_timeout=2.0)

@@ -13,6 +13,7 @@ from tests.integration.sinks.pipeline import (
     OUT_PARTITIONS,
     build_stream,
     check_exact,
+    dies_after_commit,
     fill_input,
     read_output,
     run_foreach_batch,
@@ -79,15 +80,10 @@ def test_an_output_renamed_or_moved_to_another_topic_mid_batch_is_refused(
                "output.name": "main"}
     first = ExactlyOnceKafkaForeachBatch(options)
 
-    def dies_after_batch_1(df: Any, batch_id: int) -> None:
-        first(df, batch_id)
-        if batch_id == 1:
-            raise RuntimeError("injected: the driver died after the sink committed batch 1")
-
     def stream() -> Any:
         return build_stream(spark, kafka_bootstrap, topics, app_id, redis_url)
 
-    failed = run_foreach_batch(stream(), dies_after_batch_1, tmp_checkpoint)
+    failed = run_foreach_batch(stream(), dies_after_commit(first, 1), tmp_checkpoint)
     assert failed.exception() is not None and "injected" in str(failed.exception())
     first.release()
     renamed = ExactlyOnceKafkaForeachBatch({**options, "output.name": "renamed"})
