@@ -34,6 +34,7 @@ from typing import Any
 
 from dedup.config import redact_url
 from dedup.constants import KEY_PREFIX
+from dedup.failover import ride_out_failover
 from dedup.redis_nodes import node_clients
 from sinks.config import sink_identity
 from sinks.exceptions import (
@@ -304,8 +305,6 @@ class CheckpointStore:
         :class:`CheckpointUnavailableError` (the task fails)."""
         import redis
         from redis.exceptions import RedisClusterException
-
-        from dedup.failover import ride_out_failover
 
         def once() -> Any:
             try:
