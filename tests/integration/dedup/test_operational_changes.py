@@ -331,3 +331,99 @@ def test_a_renamed_app_id_on_the_same_checkpoint_is_refused(
     assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), report.summary()
     assert f"app id '{renamed}' joins streaming query" in refusal, refusal[:2000]
     assert f"deduplicated with app id '{app_id}' since batch 0" in refusal, refusal[:2000]
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("one_pass", [False, True], ids=["two-step", "one-pass"])
+def test_a_kept_checkpoint_on_another_redis_is_refused(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
+        tmp_path: Path, one_pass: bool) -> None:
+    """The library forms restarted from their checkpoint against another (empty) Redis
+    (moved, replaced, flushed): the catalog there holds none of the IDs claimed so far,
+    and the duplicates of every record emitted before would pass."""
+    from confluent_kafka import Producer
+
+    from dedup.local.services import RedisServer
+    from sinks import deduplicate_to_kafka
+    from tests.integration.sinks.pipeline import kafka_stream
+
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=120, duplicates=0)
+
+    def run(url: str) -> None:
+        sinks.register(spark)  # the calling thread's active session (see make_active)
+        options = sink_options(kafka_bootstrap, topics, app_id, url)
+        cfg = DedupConfig(app_id=app_id, redis=RedisConfig(url), num_shards=2)
+        df = with_record_id(kafka_stream(spark, kafka_bootstrap, topics.source, 60),
+                            strategy="column", column="key")
+        writer = (deduplicate_to_kafka(df, cfg, options) if one_pass else
+                  Deduplicator(cfg).apply(df).writeStream.format("exactly_once_kafka")
+                  .options(**options))
+        query = (writer.option("checkpointLocation", tmp_checkpoint)
+                 .trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(150)
+        finally:
+            if query.isActive:
+                query.stop()
+        if query.exception() is not None:
+            raise AssertionError(str(query.exception()))
+
+    run(redis_url)
+    assert check_exact(kafka_bootstrap, topics.out, expected).ok
+    # The first 30 records again (a producer's retries), each copy with its own value.
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(30):
+        producer.produce(topics.source, key=f"id-{i:05d}".encode(),
+                         value=f"value-{i}-copy".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    other = RedisServer(tmp_path / "other-redis").start()
+    refusal = ""
+    try:
+        run(other.url)
+    except AssertionError as exc:  # the query's failure
+        refusal = str(exc)
+    finally:
+        other.stop()
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), \
+        f"not refused ({refusal[:300]!r}): {report.summary()}"
+    assert "has no record of streaming query" in refusal, refusal[-2000:]
+
+
+@pytest.mark.kafka
+def test_a_query_whose_first_batch_is_empty_is_not_taken_for_a_moved_one(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str) -> None:
+    """Batch 0 of a query on an empty topic has no rows, so no claim records the query
+    before batch 1: its first claim must not be refused as one on another Redis."""
+    from confluent_kafka import Producer
+
+    from sinks.kafka_io import ensure_topic
+    from tests.integration.sinks.pipeline import Topics, kafka_stream
+
+    sinks.register(spark)
+    topics = Topics(f"{app_id}-in", f"{app_id}-out")
+    ensure_topic(kafka_bootstrap, topics.source, 2)
+    ensure_topic(kafka_bootstrap, topics.out, 2)
+    cfg = DedupConfig(app_id=app_id, redis=RedisConfig(redis_url), num_shards=2)
+    df = with_record_id(kafka_stream(spark, kafka_bootstrap, topics.source, 60),
+                        strategy="column", column="key")
+    query = (Deduplicator(cfg).apply(df).writeStream.format("exactly_once_kafka")
+             .options(**sink_options(kafka_bootstrap, topics, app_id, redis_url))
+             .option("checkpointLocation", tmp_checkpoint)
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        assert wait_for(lambda: (query.lastProgress or {}).get("batchId") == 0, 60), \
+            "no empty batch 0"
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        for i in range(40):
+            producer.produce(topics.source, key=f"id-{i:05d}".encode(),
+                             value=f"value-{i}".encode(), partition=i % 2)
+        assert producer.flush(30) == 0
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    expected = {f"id-{i:05d}": f"value-{i}".encode() for i in range(40)}
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
