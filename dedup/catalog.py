@@ -41,6 +41,7 @@ import hashlib
 import logging
 import pkgutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -191,6 +192,14 @@ _CLIENTS_LOCK = threading.Lock()
 _FENCES: dict[tuple[str, str], tuple[str, int]] = {}
 # (url, app id, query id) that joined the query in this process (join.lua, once)
 _JOINED: set[tuple[str, str, str]] = set()
+# (url, app id, query id) refused in this process as unknown to its Redis: a task's
+# retry is refused at once instead of waiting out QUERY_RECORD_WAIT again
+_UNKNOWN: set[tuple[str, str, str]] = set()
+# How long a claim past batch 0 of a query its Redis has no record of waits for the
+# record of the query's committed batches before it refuses: the streaming operator's
+# record is written by the driver's listener on the progress event of the batch before,
+# asynchronously, so the next batch's first claim can come a moment before it.
+QUERY_RECORD_WAIT = 10.0
 # (url, app id) -> the replicas its claims wait for, read once per process from the
 # app's meta when the config leaves it to the recorded count
 _REPLICAS: dict[tuple[str, str], int] = {}
@@ -534,23 +543,34 @@ class RedisCatalog:
             return bool(client.hexists(query_apps_key(query_id), app)) or \
                 bool(client.hexists(queries_key(app), query_id))
 
-    def join_query(self, query_id: str, batch: int) -> None:
+    def join_query(self, query_id: str, batch: int, strict: bool = False) -> None:
         """Record that this app id deduplicates ``query_id`` from ``batch`` on. Safe to
         repeat (one round trip per process and query).
+
+        ``strict`` is for the streaming forms, every batch of which leaves a record
+        here (a claim, or the committed batch): a query past batch 0 that this Redis
+        has never seen is refused, after waiting up to :data:`QUERY_RECORD_WAIT`
+        seconds for the record of the batch before (written asynchronously).
 
         Raises
         ------
         SettingChangedError
             Another app id deduplicated this query from an earlier batch: the app id
-            was renamed with the checkpoint kept. The new one's catalog holds none of
-            the IDs claimed so far, so their duplicates would pass.
+            was renamed with the checkpoint kept. Or (``strict``) this Redis has no
+            record of the query although Spark committed its earlier batches: it is
+            not the Redis the query used. Either way the catalog holds none of the
+            IDs claimed so far, so their duplicates would pass.
         """
         app = self.config.app_id
         seen = (self.config.redis.url, app, query_id)
         if seen in _JOINED:
             return
-        reply = self._run("join", [query_apps_key(query_id)], [app, batch],
-                          "recording the query's app id")
+        what = "recording the query's app id"
+        reply = self._run("join", [query_apps_key(query_id)], [app, batch, int(strict)],
+                          what)
+        if int(reply[0]) == 2:
+            self._await_query_record(query_id, batch)
+            reply = self._run("join", [query_apps_key(query_id)], [app, batch, 0], what)
         if int(reply[0]) != 1:
             other, first = _text(reply[1]), int(reply[2])
             raise SettingChangedError(
@@ -559,9 +579,34 @@ class RedisCatalog:
                 f"app id starts from an empty catalog, and duplicates of every record emitted "
                 f"so far would pass. Restore app_id {other!r}; a dedup step added to a running "
                 "query needs a new checkpoint location, as Spark requires for a new stateful "
-                f"operator (or, if that query is gone for good, `dedup forget-query --app-id "
-                f"{other} --query-id {query_id} --num-shards N`)")
+                "operator")
         _JOINED.add(seen)
+
+    def _await_query_record(self, query_id: str, batch: int) -> None:
+        """Wait up to :data:`QUERY_RECORD_WAIT` s for the record of a committed batch
+        of ``query_id`` (:meth:`commit_progress`); refuse the query without one."""
+        app = self.config.app_id
+        seen = (self.config.redis.url, app, query_id)
+        deadline = time.monotonic() + (0.0 if seen in _UNKNOWN else QUERY_RECORD_WAIT)
+        client, _ = client_and_scripts(self.config.redis)
+        while True:
+            with redis_errors(self.config.redis, "looking up a streaming query"):
+                if client.hexists(queries_key(app), query_id):
+                    return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+        _UNKNOWN.add(seen)
+        raise SettingChangedError(
+            f"streaming query {query_id} is at batch {batch}, but the Redis at "
+            f"{redact_url(self.config.redis.url)} has no record of streaming query "
+            f"{query_id} under app id {app!r}: it is not the Redis this query deduplicated "
+            "with (another URL, or a replaced or flushed Redis), the IDs claimed so far are "
+            "unknown there, and their duplicates would pass. Point the dedup config's Redis "
+            "URL at the Redis the query used; if that catalog is lost for good, start with a "
+            "new checkpoint location (duplicates of records emitted before are then not "
+            "caught). A dedup step added to a query that ran without one needs a new "
+            "checkpoint location too")
 
     def _fence(self, lease_owner: str, decision: str) -> int:
         if not lease_owner or self.config.allow_shared_app_id:
@@ -576,12 +621,14 @@ class RedisCatalog:
 
     def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[bytes], positives: list[bytes], lease_owner: str,
-              now: float) -> ClaimReply:
+              now: float, strict: bool = False) -> ClaimReply:
         """The atomic, idempotent claim of one (query, batch, shard); see ``claim.lua``.
 
         ``negatives`` and ``positives`` are the candidates' digests (:func:`id_digests`);
         ``tag`` is the ``(epoch, version, token)`` of the caller's Bloom filter;
-        ``now`` the batch's timestamp (the same for every attempt of the batch).
+        ``now`` the batch's timestamp (the same for every attempt of the batch);
+        ``strict`` refuses a streaming query this Redis has no record of
+        (:meth:`join_query`).
 
         Safe to repeat. While Redis fails over, the claim is repeated for up to
         ``RedisConfig.failover_wait`` seconds (:func:`dedup.failover.ride_out_failover`);
@@ -596,7 +643,8 @@ class RedisCatalog:
             would drop IDs that were never claimed, so the batch fails instead.
         SettingChangedError
             The query was deduplicated under another app id from an earlier
-            batch (:meth:`join_query`): the app id was renamed.
+            batch (:meth:`join_query`): the app id was renamed; or (``strict``)
+            this Redis has no record of the query past its first batch.
         CatalogUnavailableError
             Redis could not be reached, or (:class:`ReplicaAckError`) too few
             replicas acknowledged the claim, and a failover wait, if any, ran out:
@@ -606,7 +654,7 @@ class RedisCatalog:
 
         def claim_once() -> ClaimReply:
             if query_id and batch.isdigit():  # a streaming batch (a batch job's is a token)
-                self.join_query(query_id, int(batch))
+                self.join_query(query_id, int(batch), strict)
             return self._claim_once(shard, decision, tag, negatives, positives, lease_owner,
                                     now)
 

@@ -26,7 +26,7 @@ class Catalog(Protocol):
 
     def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[bytes], positives: list[bytes], lease_owner: str,
-              now: float) -> ClaimReply: ...
+              now: float, strict: bool = False) -> ClaimReply: ...
 
     def snapshot(self, shard: int, now: float) -> Snapshot: ...
 
@@ -77,8 +77,12 @@ class ShardClaimer:
 
     def claim(self, query_id: str, batch_id: str | int, shard: int,
               ids: Sequence[str] | np.ndarray,
-              lease_owner: str = "", now: float | None = None) -> ShardOutcome:
+              lease_owner: str = "", now: float | None = None,
+              strict: bool = False) -> ShardOutcome:
         """Claim ``ids`` (unique, all of ``shard``) for batch ``batch_id`` of ``query_id``.
+
+        ``strict`` (the streaming forms) refuses a query past its first batch that
+        the catalog has no record of (:meth:`dedup.catalog.RedisCatalog.join_query`).
 
         Safe to repeat: a repeat of the same (query, batch, shard) returns the
         recorded decision. Raises what the catalog raises (the batch fails).
@@ -112,7 +116,7 @@ class ShardClaimer:
             positives = []
         reply = self.catalog.claim(shard, f"{query_id}:{batch_id}",
                                    bf.tag if bf is not None else None,
-                                   negatives, positives, lease_owner, now)
+                                   negatives, positives, lease_owner, now, strict)
         round_trips += 1
         if reply.keep is None:
             # A replay: the recorded decision names its kept IDs (rare: retries only).

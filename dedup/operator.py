@@ -125,7 +125,8 @@ class Deduplicator:
         spark = df.sparkSession
         partitions, shard = plan.partitions, plan.shard
         sharded = df.repartition(partitions, placement_column(shard, cfg.num_shards, partitions))
-        decide = partition_udf(PartitionStep(plan.step_config, uuid.uuid4().hex))
+        decide = partition_udf(PartitionStep(plan.step_config, uuid.uuid4().hex,
+                                             streaming=df.isStreaming))
         marked = sharded.withColumn(RESULT_COLUMN, decide(*plan.inputs))
         if df.isStreaming:
             observed = marked.observe(self.metric_name, *observed_columns())

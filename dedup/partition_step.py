@@ -115,12 +115,15 @@ def decide_partition(config: DedupConfig, ids: Sequence[Any] | np.ndarray, shard
                      query_id: str, batch_id: str, lease_owner: str, partition: int,
                      claimer: ShardClaimer | None = None, now: float | None = None,
                      problems: np.ndarray | None = None,
-                     event_seconds: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                     event_seconds: np.ndarray | None = None,
+                     strict: bool = False) -> dict[str, np.ndarray]:
     """Decide every row of one partition; returns the result fields as arrays.
 
     ``ids`` and ``shards`` are aligned; ``problems`` are the ID problem codes
     (computed here when None). Claims are idempotent per (query, batch,
     shard), so running it again for the same batch gives the same result.
+    ``strict`` (the streaming forms) refuses a query past its first batch that
+    the catalog has no record of: it ran against another Redis.
     """
     now = time.time() if now is None else now
     claimer = claimer or ShardClaimer(config)
@@ -154,7 +157,8 @@ def decide_partition(config: DedupConfig, ids: Sequence[Any] | np.ndarray, shard
     for group in np.split(order, cuts) if len(order) else []:
         group_rows = unique_rows[group]
         shard = int(shards[group_rows[0]])
-        outcome = claimer.claim(query_id, batch_id, shard, keys[group_rows], lease_owner, now)
+        outcome = claimer.claim(query_id, batch_id, shard, keys[group_rows], lease_owner, now,
+                                strict)
         if batch_id.isdigit() and mutant_on("decisions_gc_early", mutants):
             # Test-only mutant (dedup.failpoints): the batch being claimed counted as
             # committed, its decisions collected before Spark committed it.
@@ -188,11 +192,16 @@ class PartitionStep:
     the batch timestamp (epoch seconds, the same on every row, attempt and
     executor of a batch) is the ``now`` of every decision.
     ``static_token`` identifies one batch (non-streaming) DataFrame: task
-    retries and re-executions of it replay the same decisions.
+    retries and re-executions of it replay the same decisions. ``streaming``:
+    the step is part of a streaming plan, whose every batch leaves a record in
+    the catalog (the listener's committed batch), so a query past its first
+    batch that the catalog has never seen is refused (another Redis); a batch
+    DataFrame inside ``foreachBatch`` leaves none and is not checked.
     """
 
     config: DedupConfig
     static_token: str
+    streaming: bool = False
 
     def __call__(self, batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
         """The pandas entry point (PySpark without Arrow UDFs, i.e. 4.0)."""
@@ -246,7 +255,8 @@ class PartitionStep:
                          if len(columns) > 4 else None)
         return decide_partition(
             self.config, ids, shards, query_id, str(batch_id), lease_owner, partition,
-            now=now, problems=problems, event_seconds=event_seconds)
+            now=now, problems=problems, event_seconds=event_seconds,
+            strict=self.streaming and query_id != STATIC_QUERY_ID)
 
 
 def partition_udf(step: PartitionStep) -> Any:

@@ -193,7 +193,8 @@ def keep_rows(config: DedupConfig, received: list[Any], columns: list[str], quer
         table.column(SHARD).to_numpy(), query_id, str(batch), query_id, partition,
         now=now, problems=table.column(PROBLEM).to_numpy(),
         event_seconds=(table.column(EVENT_SECONDS).to_numpy(zero_copy_only=False)
-                       if EVENT_SECONDS in table.column_names else None))
+                       if EVENT_SECONDS in table.column_names else None),
+        strict=True)  # every batch of one pass records its commit (commit_progress)
     status = result[STATUS]
     invalid = status == INVALID_ID
     if config.invalid_ids != InvalidIdPolicy.DEAD_LETTER:

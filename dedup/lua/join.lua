@@ -5,14 +5,23 @@
 -- KEYS[1] hash of the query: app id -> first batch it claimed in
 -- ARGV[1] app id asking
 -- ARGV[2] batch it claims in
--- Returns {1, first batch of ARGV[1]} (known, or recorded now) or
--- {0, app id, first batch} of the earliest other app id (refused).
+-- ARGV[3] "1" when a query past its first batch must already be known here (the
+--         streaming forms, whose every batch leaves a record): a query this Redis
+--         has never seen at batch > 0 was run against another Redis
+-- Returns {1, first batch of ARGV[1]} (known, or recorded now),
+-- {0, app id, first batch} of the earliest other app id (refused), or
+-- {2} when ARGV[3] is "1", the batch is past 0 and no app id ever joined the
+-- query here (nothing recorded: the caller looks for the query's committed
+-- batches, another key, before it refuses or joins without ARGV[3]).
 local mine = redis.call('HGET', KEYS[1], ARGV[1])
 if mine then
   return {1, mine}
 end
 local batch = tonumber(ARGV[2])
 local all = redis.call('HGETALL', KEYS[1])
+if ARGV[3] == '1' and batch > 0 and #all == 0 then
+  return {2}
+end
 local earliest, other = nil, nil
 for i = 1, #all, 2 do
   local first = tonumber(all[i + 1])

@@ -315,3 +315,49 @@ def test_an_app_id_that_joins_a_query_later_than_another_is_refused(redis_url: s
         RedisCatalog(cfg).commit_progress(q, 1)
         RedisCatalog(cfg).forget_query(q)
     assert claimer(renamed).claim(q, 2, 0, ["a"], q, now=now).keep.tolist() == [True]
+
+
+def test_a_streaming_query_unknown_to_its_redis_past_batch_0_is_refused(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``strict`` claims (the streaming forms, each batch of which leaves a record): a
+    query past batch 0 with no record here ran against another Redis, and is refused
+    after the wait for the record of its committed batches (written by the driver's
+    listener, asynchronously); a retry in the same process is refused at once. The
+    record of a committed batch, or a claim recorded before, lets it join."""
+    import time
+
+    import dedup.catalog
+    from dedup import SettingChangedError
+
+    monkeypatch.setattr(dedup.catalog, "QUERY_RECORD_WAIT", 1.0)
+    moved, empty_start, known = query_ids(3)
+    now = 1_800_000_000.0
+    cfg = make_config(redis_url)
+    started = time.monotonic()
+    with pytest.raises(SettingChangedError,
+                       match=rf"streaming query {moved} is at batch 3, but the Redis at .* has "
+                             rf"no record of streaming query {moved} under app id "
+                             rf"'{cfg.app_id}'"):
+        claimer(cfg).claim(moved, 3, 0, ["a"], moved, now=now, strict=True)
+    assert time.monotonic() - started >= 1.0, "refused without waiting for the record"
+    started = time.monotonic()
+    with pytest.raises(SettingChangedError, match="has no record of streaming query"):
+        claimer(cfg).claim(moved, 3, 1, ["b"], moved, now=now, strict=True)
+    assert time.monotonic() - started < 1.0, "a retry waited again"
+    # nothing was recorded by the refusals: the query is as unknown as before
+    assert not RedisCatalog(cfg).knows_query(moved)
+    # batch 0 empty (no claim), its commit recorded by the listener: batch 1 joins
+    cfg = make_config(redis_url)  # an app id per query (each query takes its lease)
+    RedisCatalog(cfg).commit_progress(empty_start, 0)
+    assert claimer(cfg).claim(empty_start, 1, 0, ["c"], empty_start, now=now,
+                              strict=True).keep.tolist() == [True]
+    # claimed from batch 0 on: known at batch 5 in any process
+    cfg = make_config(redis_url)
+    assert claimer(cfg).claim(known, 0, 0, ["d"], known, now=now, strict=True).keep.tolist() \
+        == [True]
+    dedup.catalog._JOINED.clear()
+    assert claimer(cfg).claim(known, 5, 1, ["e"], known, now=now, strict=True).keep.tolist() \
+        == [True]
+    # a batch DataFrame inside foreachBatch leaves no record: not strict, it joins
+    other = make_config(redis_url)
+    assert claimer(other).claim(moved, 3, 0, ["f"], moved, now=now).keep.tolist() == [True]

@@ -35,7 +35,7 @@ class FakeCatalog:
 
     def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[str], positives: list[str], lease_owner: str,
-              now: float) -> ClaimReply:
+              now: float, strict: bool = False) -> ClaimReply:
         self.calls += 1
         st = self.shard(shard)
         if decision in st.decisions:
