@@ -143,10 +143,16 @@ def _report(results: list[RunResult], args: argparse.Namespace, scheduled: int) 
     results.sort(key=lambda r: r.spec.index)
     data["runs_detail"] = [r.as_dict() for r in results]
     json_path, md_path = write(data, RESULTS_DIR, args.name)
+    full = RESULTS_DIR / "chaos_full.json"
     if not args.no_summary:
-        # the chaos_* totals cover every run of the matrices of MATRIX_NAMES
-        others = other_matrices(RESULTS_DIR, args.name) if args.name in MATRIX_NAMES else []
-        merge_summary(summary_figures(data, others))
+        if args.name in MATRIX_NAMES and full.exists():
+            # the full matrix (every kind, strict rules) owns the chaos_* totals
+            print(f"summary.json keeps the chaos_* totals of {full.name}")
+        else:
+            # the full matrix alone; before it, every run of the matrices of MATRIX_NAMES
+            others = (other_matrices(RESULTS_DIR, args.name) if args.name in MATRIX_NAMES
+                      else [])
+            merge_summary(summary_figures(data, others))
     print(json.dumps({k: data[k] for k in ("runs", "fault_kinds_hit", "losses", "duplicates",
                                            "phantoms", "failed_runs")}))
     print(f"wrote {json_path} and {md_path}")

@@ -180,6 +180,8 @@ def summary_figures(data: dict[str, Any], others: list[dict[str, Any]] | None = 
         "chaos_losses": sum(m["losses"] for m in matrices),
         "chaos_duplicates": sum(m["duplicates"] for m in matrices),
         "chaos_phantoms": sum(m["phantoms"] for m in matrices),
+        "chaos_open_transactions": sum(m.get("open_transactions", 0) for m in matrices),
+        "chaos_failed_runs": sum(m.get("failed_runs", 0) for m in matrices),
     }
 
 

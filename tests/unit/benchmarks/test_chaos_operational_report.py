@@ -64,7 +64,8 @@ def test_summary_covers_every_matrix(tmp_path: Path) -> None:
     summary = summary_figures(operational, others)
     assert summary == {"chaos_runs": 6, "chaos_fault_kinds_hit": 4,
                        "chaos_operational_kinds_hit": 2, "chaos_cluster_kinds_hit": 1,
-                       "chaos_losses": 5, "chaos_duplicates": 0, "chaos_phantoms": 0}
+                       "chaos_losses": 5, "chaos_duplicates": 0, "chaos_phantoms": 0,
+                       "chaos_open_transactions": 0, "chaos_failed_runs": 1}
     assert [m["runs"] for m in other_matrices(tmp_path, "chaos")] == [1]
 
 
