@@ -37,11 +37,13 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
     """``dedup run`` restarted from its checkpoint with redis.url pointing at another
     Redis (moved, replaced, flushed): the catalog there is empty, and the duplicates of
     every record emitted so far would pass."""
-    from confluent_kafka import Producer
-
     from dedup.cli.pipeline import Addresses, start_query
-    from dedup.local.services import RedisServer
-    from tests.integration.sinks.pipeline import check_exact, fill_input
+    from tests.integration.sinks.pipeline import (
+        check_exact,
+        fill_input,
+        refusal_on_another_redis,
+        resend_copies,
+    )
 
     topics, expected = fill_input(kafka_bootstrap, app_id, records=120, duplicates=0)
     pipeline = parse_pipeline(
@@ -61,20 +63,8 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
 
     run(redis_url)
     assert check_exact(kafka_bootstrap, topics.out, expected).ok
-    # The first 30 records again (a producer's retries), each copy with its own value.
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i in range(30):
-        producer.produce(topics.source, key=f"id-{i:05d}".encode(),
-                         value=f"value-{i}-copy".encode(), partition=i % 2)
-    assert producer.flush(30) == 0
-    other = RedisServer(tmp_path / "other-redis").start()
-    refusal = ""
-    try:
-        run(other.url)
-    except Exception as exc:  # the refusal, or the query's failure
-        refusal = f"{type(exc).__name__}: {exc}"
-    finally:
-        other.stop()
+    resend_copies(kafka_bootstrap, topics.source)  # the first 30 records again
+    refusal = refusal_on_another_redis(run, tmp_path / "other-redis")
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert report.duplicated == 0, f"not refused ({refusal!r}): {report.summary()}"
     assert "has no record of" in refusal and tmp_checkpoint in refusal, refusal

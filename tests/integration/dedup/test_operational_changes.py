@@ -28,6 +28,8 @@ from dedup.ids import with_record_id
 from tests.integration.sinks.pipeline import (
     check_exact,
     fill_input,
+    refusal_on_another_redis,
+    resend_copies,
     run_to_end,
     sink_options,
     wait_for,
@@ -305,8 +307,6 @@ def test_a_renamed_app_id_on_the_same_checkpoint_is_refused(
         tmp_checkpoint: str) -> None:
     """The dedup app id changed, the checkpoint kept: the query would go on from an
     empty catalog, and every record emitted under the old app id could pass again."""
-    from confluent_kafka import Producer
-
     from tests.integration.sinks.pipeline import build_stream
 
     sinks.register(spark)
@@ -314,12 +314,7 @@ def test_a_renamed_app_id_on_the_same_checkpoint_is_refused(
     options = sink_options(kafka_bootstrap, topics, app_id, redis_url)
     run_to_end(build_stream(spark, kafka_bootstrap, topics, app_id, redis_url), options,
                tmp_checkpoint)
-    # The first 30 records again (a producer's retries), each copy with its own value.
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i in range(30):
-        producer.produce(topics.source, key=f"id-{i:05d}".encode(),
-                         value=f"value-{i}-copy".encode(), partition=i % 2)
-    assert producer.flush(30) == 0
+    resend_copies(kafka_bootstrap, topics.source)  # the first 30 records again
     renamed = f"{app_id}-renamed"
     refusal = ""
     try:
@@ -341,9 +336,6 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
     """The library forms restarted from their checkpoint against another (empty) Redis
     (moved, replaced, flushed): the catalog there holds none of the IDs claimed so far,
     and the duplicates of every record emitted before would pass."""
-    from confluent_kafka import Producer
-
-    from dedup.local.services import RedisServer
     from sinks import deduplicate_to_kafka
     from tests.integration.sinks.pipeline import kafka_stream
 
@@ -371,20 +363,8 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
 
     run(redis_url)
     assert check_exact(kafka_bootstrap, topics.out, expected).ok
-    # The first 30 records again (a producer's retries), each copy with its own value.
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i in range(30):
-        producer.produce(topics.source, key=f"id-{i:05d}".encode(),
-                         value=f"value-{i}-copy".encode(), partition=i % 2)
-    assert producer.flush(30) == 0
-    other = RedisServer(tmp_path / "other-redis").start()
-    refusal = ""
-    try:
-        run(other.url)
-    except AssertionError as exc:  # the query's failure
-        refusal = str(exc)
-    finally:
-        other.stop()
+    resend_copies(kafka_bootstrap, topics.source)  # the first 30 records again
+    refusal = refusal_on_another_redis(run, tmp_path / "other-redis")
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), \
         f"not refused ({refusal[:300]!r}): {report.summary()}"

@@ -63,6 +63,31 @@ def fill_input(bootstrap: str, app_id: str, records: int = 240, duplicates: int 
     return topics, expected
 
 
+def resend_copies(bootstrap: str, topic: str, count: int = 30, partitions: int = 2) -> None:
+    """Write the first ``count`` records of :func:`fill_input` again (a producer's
+    retries), each copy with its own value: the failure-free output keeps none of them."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        producer.produce(topic, key=f"id-{i:05d}".encode(),
+                         value=f"value-{i}-copy".encode(), partition=i % partitions)
+    assert producer.flush(30) == 0
+
+
+def refusal_on_another_redis(run: Any, folder: Any) -> str:
+    """Call ``run(url)`` with the URL of a fresh, empty Redis started in ``folder`` (not
+    the one the query used); return the error it raised as text, "" if none."""
+    from dedup.local.services import RedisServer
+
+    other = RedisServer(folder).start()
+    try:
+        run(other.url)
+    except Exception as exc:  # the refusal, or the query's failure
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        other.stop()
+    return ""
+
+
 def kafka_stream(spark: Any, bootstrap: str, topic: str, per_trigger: int = 70) -> Any:
     """``topic`` read ``read_committed`` from the start, ``per_trigger`` records per
     micro-batch: string ``key`` and ``value``."""
