@@ -588,11 +588,9 @@ class RedisCatalog:
         app = self.config.app_id
         seen = (self.config.redis.url, app, query_id)
         deadline = time.monotonic() + (0.0 if seen in _UNKNOWN else QUERY_RECORD_WAIT)
-        client, _ = client_and_scripts(self.config.redis)
         while True:
-            with redis_errors(self.config.redis, "looking up a streaming query"):
-                if client.hexists(queries_key(app), query_id):
-                    return
+            if self.knows_query(query_id):  # the listener's record may land meanwhile
+                return
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.2)
