@@ -17,10 +17,16 @@ topic, run with ``availableNow``:
 * ``eos_fused``: the same dedup and sink in one pass per micro-batch
   (:func:`sinks.deduplicate_to_kafka`: each row crosses into Python once);
 * ``dedup_spark_sink``: dedup, then Spark's Kafka sink -- splits the cost of
-  the exactly-once path between the operator and our sink.
+  the exactly-once path between the operator and our sink;
+* ``python_alo_one_pass``: ``eos_fused``'s job shape (shuffle by shard, one
+  ``mapInArrow`` task per partition, our record conversion and record-ID
+  header) producing at least once, with no dedup and no transaction
+  (:func:`benchmarks.python_alo_sink.python_alo_one_pass`): ``eos_fused``
+  against it is the cost of the dedup decision and exactly-once alone, and it
+  against ``spark_alo`` is the most that shape can reach.
 
-Small micro-batches: ``spark_alo``, ``eos_strong``, ``eos_foreach_batch`` and
-``eos_fused`` again on a topic of
+Small micro-batches: ``spark_alo``, ``eos_strong``, ``eos_foreach_batch``,
+``eos_fused`` and ``python_alo_one_pass`` again on a topic of
 ``small_records`` records read ``small_per_trigger`` (5,000) at a time,
 interleaved ``--repeats`` times: their throughput ratio
 (``e2e_eos_over_alo_kafka_small``) and the ratios of their p50 / p99
@@ -61,9 +67,12 @@ from sinks.kafka_io import ensure_topic
 from sinks.verify import read_observed
 
 VARIANTS = ("spark_alo", "eos_strong", "eos_weak", "eos_foreach_batch", "eos_fused",
-            "dedup_spark_sink")
-SMALL_VARIANTS = ("spark_alo", "eos_strong", "eos_foreach_batch", "eos_fused")
+            "dedup_spark_sink", "python_alo_one_pass")
+SMALL_VARIANTS = ("spark_alo", "eos_strong", "eos_foreach_batch", "eos_fused",
+                  "python_alo_one_pass")
 SHUFFLE_PARTITIONS = 4
+AT_LEAST_ONCE = ("spark_alo", "python_alo_one_pass")
+"""Variants that pass the input's duplicates through (their output is checked for that)."""
 
 
 def fill_with_duplicates(bootstrap: str, topic: str, records: int, dup_rate: float,
@@ -139,6 +148,11 @@ def pipeline_writer(spark: Any, variant: str, bootstrap: str, redis_url: str, so
                 .option("topic", out).option("includeHeaders", "true"))
     sink_options = {"kafka.bootstrap.servers": bootstrap, "topic": out, "app.id": app_id,
                     "redis.url": redis_url}
+    if variant == "python_alo_one_pass":
+        from benchmarks.python_alo_sink import python_alo_one_pass
+
+        return python_alo_one_pass(df.select("key", "value", "_record_id"), sink_options,
+                                   cfg.num_shards, SHUFFLE_PARTITIONS)
     if variant == "eos_fused":
         from sinks import deduplicate_to_kafka
 
@@ -208,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                       "bench-e2e-input", args.per_trigger, services.workdir)
                     run["repeat"] = repeat
                     run["records_per_s"] = round(args.records / run["seconds"], 1)
-                    expected = args.records if variant == "spark_alo" else distinct
+                    expected = args.records if variant in AT_LEAST_ONCE else distinct
                     run["output_correct"] = (run["records_out"] == expected
                                              and run["distinct_out"] == distinct)
                     run["duplicates_out"] = run["records_out"] - run["distinct_out"]
@@ -237,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     run["records_per_s"] = round(args.small_records / run["seconds"], 1)
                     run["duplicates_out"] = run["records_out"] - run["distinct_out"]
                     run["output_correct"] = run["distinct_out"] == small_distinct and (
-                        variant == "spark_alo" or run["duplicates_out"] == 0)
+                        variant in AT_LEAST_ONCE or run["duplicates_out"] == 0)
                     small.append(run)
                     log(f"{variant} at {args.small_per_trigger:,} per trigger (run "
                         f"{repeat + 1}): {run['records_per_s']:.0f} rec/s, batch p50 "
@@ -302,6 +316,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             latency["eos_fused"]["p50_ms"], latency["spark_alo"]["p50_ms"]),
         "batch_latency_p99_eos_fused_over_alo": ratio(
             latency["eos_fused"]["p99_ms"], latency["spark_alo"]["p99_ms"]),
+        # The one-pass shape's floor: at least once, no dedup, no transaction.
+        "e2e_python_alo_one_pass_over_alo_kafka": ratio(rate["python_alo_one_pass"],
+                                                        rate["spark_alo"]),
+        "e2e_eos_fused_over_python_alo_one_pass": ratio(rate["eos_fused"],
+                                                        rate["python_alo_one_pass"]),
+        "e2e_python_alo_one_pass_over_alo_kafka_small": ratio(
+            fastest_small["python_alo_one_pass"]["records_per_s"],
+            fastest_small["spark_alo"]["records_per_s"]),
+        "batch_latency_p50_python_alo_one_pass_over_alo": ratio(
+            latency["python_alo_one_pass"]["p50_ms"], latency["spark_alo"]["p50_ms"]),
     }
     write_json("e2e.json", result)
     return result

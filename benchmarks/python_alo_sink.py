@@ -8,6 +8,13 @@ no checkpoint, no marker, no transaction, no lease. Against it the
 exactly-once sink's line in ``bench_sink`` is the cost of exactly-once alone;
 against Spark's own Kafka sink it is the cost of the Python path.
 
+:func:`python_alo_one_pass` is the same producer in the job shape of
+:func:`sinks.deduplicate_to_kafka` (``foreachBatch``, a shuffle by shard, one
+``mapInArrow`` task per partition), with no dedup decision and no
+transaction: against it ``bench_e2e``'s one-pass line is the cost of the dedup
+decision and exactly-once alone, and against Spark's pipeline it is the most
+any implementation of that shape could reach.
+
 Options: ``kafka.bootstrap.servers``, ``topic`` and ``app.id`` (required by the
 shared option parser; names nothing here). Spark pickles these classes by
 reference, so they live in this module, importable from the repository root.
@@ -60,33 +67,7 @@ class PythonAloKafkaWriter(DataSourceStreamWriter, DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         keep_static_archive_caches()  # as our sink does
-        arrow = list(_as_arrow(iterator, self.columns))
-        records, dead = to_records(arrow, self.config, self.layout, 0, 0)
-        producer = _producer(self.config)
-        failures: list[KafkaError] = []
-
-        def delivered(error: KafkaError | None, _message: Any) -> None:
-            if error is not None:
-                failures.append(error)
-
-        for record in records + dead:
-            headers: list[tuple[str, str | bytes | None]] = [
-                *record.headers, (RECORD_ID_HEADER, record.record_id)]
-            while True:
-                try:
-                    if record.partition is None:
-                        producer.produce(record.topic, record.value, record.key,
-                                         headers=headers, on_delivery=delivered)
-                    else:
-                        producer.produce(record.topic, record.value, record.key,
-                                         record.partition, headers=headers,
-                                         on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        if producer.flush(60) or failures:
-            raise RuntimeError(f"python_alo_kafka: {len(failures)} records not delivered "
-                               f"({failures[:1]})")
+        produce_at_least_once(self.config, self.layout, list(_as_arrow(iterator, self.columns)))
         return WriterCommitMessage()
 
     def commit(self, messages: list[WriterCommitMessage | None],  # type: ignore[override]
@@ -98,6 +79,38 @@ class PythonAloKafkaWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         pass  # at-least-once: a retry writes the partition again
 
 
+def produce_at_least_once(config: SinkConfig, layout: InputLayout, arrow: list[Any]) -> int:
+    """Produce Arrow batches as our sink converts them, wait for the acknowledgements;
+    return the records produced. Raises when one was not delivered."""
+    records, dead = to_records(arrow, config, layout, 0, 0)
+    producer = _producer(config)
+    failures: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, _message: Any) -> None:
+        if error is not None:
+            failures.append(error)
+
+    for record in records + dead:
+        headers: list[tuple[str, str | bytes | None]] = [
+            *record.headers, (RECORD_ID_HEADER, record.record_id)]
+        while True:
+            try:
+                if record.partition is None:
+                    producer.produce(record.topic, record.value, record.key,
+                                     headers=headers, on_delivery=delivered)
+                else:
+                    producer.produce(record.topic, record.value, record.key,
+                                     record.partition, headers=headers,
+                                     on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(60) or failures:
+        raise RuntimeError(f"python_alo_kafka: {len(failures)} records not delivered "
+                           f"({failures[:1]})")
+    return len(records) + len(dead)
+
+
 def _producer(config: SinkConfig) -> Producer:
     """This worker's producer (one per bootstrap list), as a user's sink would cache it."""
     producer = _PRODUCERS.get(config.bootstrap_servers)
@@ -107,3 +120,35 @@ def _producer(config: SinkConfig) -> Producer:
             settings.pop(key, None)
         producer = _PRODUCERS[config.bootstrap_servers] = Producer(settings)
     return producer
+
+
+def python_alo_one_pass(df: Any, options: dict[str, str], num_shards: int,
+                        partitions: int) -> Any:
+    """``df.writeStream`` in the job shape of :func:`sinks.deduplicate_to_kafka`, at least once.
+
+    Each micro-batch is shuffled by shard as the one-pass writer shuffles it
+    (``xxhash64`` of the record ID column, the operator's placement of shards
+    on partitions), and one ``mapInArrow`` task per partition produces its rows
+    with :func:`produce_at_least_once`: no dedup decision, no checkpoint, no
+    transaction. ``df`` needs ``_record_id``.
+    """
+    from pyspark.sql import functions as sf
+
+    from dedup.placement import placement_column
+
+    config = SinkConfig.from_options({**options, "strong.productions": "false"})
+    layout = check_schema(df.schema, config)
+    shard = sf.pmod(sf.xxhash64(sf.col("_record_id")), sf.lit(num_shards)).cast("int")
+
+    def write(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        keep_static_archive_caches()  # as the one-pass writer does
+        produced = produce_at_least_once(config, layout, [b for b in batches if b.num_rows])
+        yield pa.RecordBatch.from_pydict({"produced": [produced]})
+
+    def each_batch(batch_df: Any, _batch_id: int) -> None:
+        batch_df.repartition(partitions, placement_column(shard, num_shards, partitions)) \
+            .mapInArrow(write, "produced long").collect()
+
+    return df.writeStream.foreachBatch(each_batch)
