@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from benchmarks.chaos.faults import FAULT_KINDS, FaultOutcome
 from benchmarks.chaos.mutants import PLANS, VARIANTS, caught_by, figures, markdown, schedule
@@ -76,12 +79,48 @@ def test_the_one_pass_variant_switches_the_pipeline_file_to_one_pass(tmp_path: A
                    variant="one_pass")
     run = SimpleNamespace(spec=spec, app_id="chaos-3-x", topic="chaos-3-x-out",
                           fault=FaultOutcome(kind=spec.kind), fp_dir=tmp_path)
-    plain = pipeline_text(run.app_id, run.topic, spec)
+    plain = pipeline_text(run.app_id, run.topic, replace(spec, variant=""))
     assert parse_pipeline(plain).table("sink")["one_pass"] is False
-    text, transform = apply_variant(run, plain)  # type: ignore[arg-type]
-    assert transform is None
-    assert parse_pipeline(text).table("sink")["one_pass"] is True
+    # the file of every path that writes one (the operational kinds' own starts too)
+    written = pipeline_text(run.app_id, run.topic, spec)
+    assert parse_pipeline(written).table("sink")["one_pass"] is True
+    text, transform = apply_variant(run, written)  # type: ignore[arg-type]
+    assert transform is None and text == written
     assert run.fault.evidence["variant"] == VARIANTS["one_pass"]
+    with pytest.raises(ValueError, match="no one_pass setting"):
+        apply_variant(run, plain)  # type: ignore[arg-type]
+
+
+def test_an_operational_kind_starts_the_one_pass_pipeline_of_its_variant(
+        tmp_path: Any) -> None:
+    from types import SimpleNamespace
+
+    from benchmarks.chaos.operational import _pipeline
+
+    spec = RunSpec(index=4, kind="restart_shard_count", seed=7, batch=1, point="",
+                   variant="one_pass")
+    run = SimpleNamespace(spec=spec, app_id="chaos-4-x", topic="chaos-4-x-out",
+                          fault=FaultOutcome(kind=spec.kind), fp_dir=tmp_path)
+    assert _pipeline(run).table("sink")["one_pass"] is True  # type: ignore[arg-type]
+    assert _pipeline(run, num_shards=8).table("dedup")["num_shards"] == 8  # type: ignore[arg-type]
+    assert run.fault.evidence["variant"] == VARIANTS["one_pass"]
+    plain = SimpleNamespace(spec=replace(spec, variant=""), app_id="chaos-4-y",
+                            topic="chaos-4-y-out", fault=FaultOutcome(kind=spec.kind),
+                            fp_dir=tmp_path)
+    assert _pipeline(plain).table("sink")["one_pass"] is False  # type: ignore[arg-type]
+
+
+def test_a_one_pass_matrix_leaves_out_the_two_step_only_kinds() -> None:
+    from benchmarks.chaos.__main__ import matrix_kinds
+
+    every = matrix_kinds("", FAULT_KINDS, "one_pass")
+    assert "two_outputs_foreach_batch" not in every
+    assert len(every) == len(FAULT_KINDS) - 1
+    assert "two_outputs_foreach_batch" in matrix_kinds("", FAULT_KINDS, "")
+    with pytest.raises(ValueError, match="exist only in the two-step form"):
+        matrix_kinds("worker_kill,two_outputs_foreach_batch", FAULT_KINDS, "one_pass")
+    with pytest.raises(ValueError, match="unknown fault kinds"):
+        matrix_kinds("no_such_kind", FAULT_KINDS, "")
 
 
 def test_a_matrix_on_the_one_pass_pipeline_combines_variants_and_leaves_out_user_code(
