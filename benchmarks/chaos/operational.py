@@ -57,7 +57,15 @@ SECOND_WAIT_S = 120  # the second pipeline's time to be refused (the first is he
 def _pipeline(run: Run, **changes: Any) -> Any:
     from dedup.cli.config_file import parse_pipeline
 
-    return parse_pipeline(pipeline_text(run.app_id, run.topic, run.spec, **changes))
+    text = pipeline_text(run.app_id, run.topic, run.spec, **changes)
+    if run.spec.variant:
+        from benchmarks.chaos.mutants import apply_variant
+
+        text, transform = apply_variant(run, text)
+        if transform is not None:
+            raise ValueError(f"variant {run.spec.variant!r} needs code between the steps, "
+                             f"which operational kind {run.spec.kind} does not take")
+    return parse_pipeline(text)
 
 
 def _start(run: Run, pipeline: Any, redis_url: str, checkpoint: str) -> Any:

@@ -210,6 +210,9 @@ def pipeline_text(app_id: str, topic: str, spec: RunSpec, master: str = "local[2
                   horizon_seconds: int = 7 * 24 * 3600) -> str:
     dup90 = spec.kind == "dup90_tiny_bloom"
     sink_options = ""
+    # The one-pass variant is a setting of the file, so every path that writes or
+    # parses a run's pipeline (the operational kinds' own starts included) runs it.
+    one_pass = "one_pass = true\n" if "one_pass" in spec.variant.split("+") else ""
     if spec.kind == "txn_timeout":
         sink_options = (f'"kafka.transaction.timeout.ms" = "{TXN_TIMEOUT_MS}"\n'
                         f'"max.batch.duration.ms" = "{TXN_TIMEOUT_MS - 1000}"\n')
@@ -235,7 +238,7 @@ bloom_capacity = {20 if dup90 else 100000}
 bloom_error_rate = {0.5 if dup90 else 0.01}
 [sink]
 type = "kafka"
-topic = "{topic}"
+{one_pass}topic = "{topic}"
 partitions = 2
 key_column = "key"
 value_column = "payload"
