@@ -177,3 +177,47 @@ def test_the_query_record_of_outputs_refuses_only_a_changed_output_on_a_replayed
             store.join_query(query, run, batch, topic, cluster)
     else:
         store.join_query(query, run, batch, topic, cluster)
+
+
+@pytest.mark.parametrize("front", ["foreachBatch", "one-pass"])
+def test_a_new_writer_of_a_stopped_querys_output_is_not_refused(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_path: Any,
+        front: str) -> None:
+    """A checkpoint reset in the same process, with a new writer (``deduplicate_to_kafka``
+    makes one per call, and its user never holds it to ``release()``): the writer of
+    the stopped query must not keep the output's name, and the output stays exact."""
+    from dedup.config import DedupConfig, RedisConfig
+    from dedup.ids import with_record_id
+    from sinks import deduplicate_to_kafka
+    from tests.integration.sinks.pipeline import kafka_stream
+
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=40, duplicates=0)
+    options = sink_options(kafka_bootstrap, topics, app_id, redis_url)
+    for run in ("first", "reset"):
+        if run == "reset":  # new input, so that the new query has rows to write
+            _, more = fill_input(kafka_bootstrap, app_id, records=40, duplicates=0,
+                                 id_prefix="more")
+            expected.update(more)
+        checkpoint = str(tmp_path / run)
+        if front == "one-pass":
+            df = with_record_id(kafka_stream(spark, kafka_bootstrap, topics.source),
+                                strategy="column", column="key")
+            writer = deduplicate_to_kafka(
+                df, DedupConfig(app_id=app_id, redis=RedisConfig(redis_url), num_shards=2),
+                options)
+            query = (writer.option("checkpointLocation", checkpoint)
+                     .trigger(availableNow=True).start())
+            try:
+                query.awaitTermination(150)
+            except Exception:  # inspected below
+                pass
+            finally:
+                if query.isActive:
+                    query.stop()
+        else:
+            query = run_foreach_batch(
+                build_stream(spark, kafka_bootstrap, topics, app_id, redis_url),
+                ExactlyOnceKafkaForeachBatch(options), checkpoint)
+        assert query.exception() is None, f"{run} query: {query.exception()}"
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok, report.summary()
