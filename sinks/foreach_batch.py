@@ -68,6 +68,9 @@ class ExactlyOnceKafkaForeachBatch:
         self._stop_hooks: set[str] = set()  # Spark query ids whose stop releases it
         # Spark query id -> the runs of it this instance wrote for
         self._runs: dict[str, set[str]] = {}
+        # Spark query ids seen active in the process's first session, whose query
+        # manager then tells when they have stopped (see claim_output)
+        self._watched: set[str] = set()
 
     def claim_output(self, spark_query_id: str | None = None,
                      run_id: str | None = None) -> None:
@@ -77,9 +80,12 @@ class ExactlyOnceKafkaForeachBatch:
         writes for. Another live instance that wrote for the same query in another
         run is replaced: Spark runs one query id at a time, so that instance
         belongs to an earlier run (a restart after a failure, with a new sink).
-        Raises :class:`OutputNameInUseError` (fatal) when another live instance
-        holds the pair for another query, or for the same run (two outputs of one
-        batch under one name). Safe to repeat on the same instance.
+        So is one whose every query has stopped, as the query manager of the
+        process's first session tells (a checkpoint reset in the same process,
+        with a new writer). Raises :class:`OutputNameInUseError` (fatal) when
+        another live instance holds the pair for a query that runs or whose state
+        is unknown here, or for the same run (two outputs of one batch under one
+        name). Safe to repeat on the same instance.
         """
         key = (self.config.app_id, self.config.output_name)
         with _OUTPUTS_LOCK:
@@ -90,18 +96,51 @@ class ExactlyOnceKafkaForeachBatch:
             earlier_run = (owner is not None and owner is not self and bool(spark_query_id)
                            and bool(run_id) and spark_query_id in owner._runs
                            and run_id not in owner._runs[spark_query_id])
-            if owner is None or earlier_run:
-                _OUTPUTS[key] = weakref.ref(self)
-                return
             if owner is self:
+                return
+            if owner is None or earlier_run or owner._stopped():
+                _OUTPUTS[key] = weakref.ref(self)
                 return
         raise OutputNameInUseError(
             f"another ExactlyOnceKafkaForeachBatch of app.id {key[0]!r} already writes "
             f"output.name={key[1]!r} in this process; both would share transactional ids and "
             "batch markers and the second would skip every batch: give each output its own "
-            "option output.name (e.g. output.name=audit), or reuse one instance "
-            "(release() the old one once its query has stopped)"
+            "option output.name (e.g. output.name=audit); stop the other query first (its "
+            "writer is then replaced), or release() that writer once its query has stopped "
+            "if the query ran in another SparkSession or under option query.id"
         )
+
+    def _watch(self, spark_query_id: str | None) -> None:
+        """Remember ``spark_query_id`` if the process's first session runs it (only that
+        session's query manager can later say it stopped). Once per query id."""
+        if not spark_query_id or spark_query_id in self._watched:
+            return
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession._instantiatedSession
+        try:
+            if spark is not None and spark.streams.get(spark_query_id) is not None:
+                self._watched.add(spark_query_id)
+        except Exception:  # py4j errors of a stopping session: not watched
+            return
+
+    def _stopped(self) -> bool:
+        """Whether every query this instance wrote for is known to have stopped.
+
+        False when one of them is unknown to the process's first session (run by
+        another session, or named only by the ``query.id`` option): the instance
+        may still write, and taking its name over would make two writers of one
+        output."""
+        if not self._runs or not set(self._runs) <= self._watched:
+            return False
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession._instantiatedSession
+        try:
+            return spark is not None and all(spark.streams.get(query_id) is None
+                                             for query_id in self._runs)
+        except Exception:  # py4j errors of a stopping session: not known to be stopped
+            return False
 
     def release(self) -> None:
         """Give up this instance's (app_id, output.name) and its output lease in Redis,
@@ -175,6 +214,7 @@ class ExactlyOnceKafkaForeachBatch:
                             context.getLocalProperty("spark.jobGroup.id"))
         # before anything is written: a shared output is refused
         self.claim_output(query_id or None, run_id or None)
+        self._watch(query_id or None)
         if not self._prepared:
             prepare(config)
             if config.strong_productions:
