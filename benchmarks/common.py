@@ -218,7 +218,7 @@ def operator_skeleton(df: Any, id_column: str, num_shards: int, partitions: int)
 
     from dedup.metrics import LATE, RESULT_COLUMN, RESULT_FIELDS, STATUS
     from dedup.partition_step import id_problem_column, result_type, scalar_iter_udf
-    from dedup.placement import placement_column
+    from dedup.placement import placement_column, shard_column
     from dedup.worker_imports import keep_static_archive_caches
 
     class NothingDecided:
@@ -241,7 +241,7 @@ def operator_skeleton(df: Any, id_column: str, num_shards: int, partitions: int)
 
     decide = scalar_iter_udf(NothingDecided(), result_type())
     record_id = sf.col(id_column)
-    shard = sf.pmod(sf.xxhash64(record_id), sf.lit(num_shards)).cast("int")
+    shard = shard_column(record_id, num_shards)
     return (df.repartition(partitions, placement_column(shard, num_shards, partitions))
             .withColumn(RESULT_COLUMN, decide(record_id, shard, id_problem_column(record_id)))
             .filter(sf.col(f"{RESULT_COLUMN}.{STATUS}") == 0).drop(RESULT_COLUMN))

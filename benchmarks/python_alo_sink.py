@@ -134,11 +134,11 @@ def python_alo_one_pass(df: Any, options: dict[str, str], num_shards: int,
     """
     from pyspark.sql import functions as sf
 
-    from dedup.placement import placement_column
+    from dedup.placement import placement_column, shard_column
 
     config = SinkConfig.from_options({**options, "strong.productions": "false"})
     layout = check_schema(df.schema, config)
-    shard = sf.pmod(sf.xxhash64(sf.col("_record_id")), sf.lit(num_shards)).cast("int")
+    shard = shard_column(sf.col("_record_id"), num_shards)
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa

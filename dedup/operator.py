@@ -31,7 +31,7 @@ from dedup.metrics import (
     observed_columns,
 )
 from dedup.partition_step import PartitionStep, id_problem_column, partition_udf
-from dedup.placement import PLACEMENT_SCHEME, placement_column
+from dedup.placement import PLACEMENT_SCHEME, placement_column, shard_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -188,7 +188,7 @@ class Deduplicator:
                               "rename it")
         partitions = self._pinned_layout(df, df.sparkSession)
         record_id = sf.col(cfg.id_column)
-        shard = sf.pmod(sf.xxhash64(record_id), sf.lit(cfg.num_shards)).cast("int")
+        shard = shard_column(record_id, cfg.num_shards)
         # The batch's own timestamp (Spark keeps it in the offset log, so every
         # attempt and every executor of a batch sees the same one) decides late
         # records and time buckets: a retry decides what the first attempt did.

@@ -66,6 +66,13 @@ def placement_keys(num_shards: int, num_partitions: int) -> list[int]:
     return [by_partition[shard % num_partitions] for shard in range(num_shards)]
 
 
+def shard_column(record_id: Any, num_shards: int) -> Any:
+    """The Spark column of each record's shard: ``pmod(xxhash64(id), num_shards)`` (an int)."""
+    from pyspark.sql import functions as sf
+
+    return sf.pmod(sf.xxhash64(record_id), sf.lit(num_shards)).cast("int")
+
+
 def placement_column(shard: Any, num_shards: int, num_partitions: int) -> Any:
     """The Spark column to ``repartition(num_partitions, ...)`` by, for a shard column."""
     from pyspark.sql import functions as sf

@@ -68,9 +68,9 @@ class ExactlyOnceKafkaForeachBatch:
         self._stop_hooks: set[str] = set()  # Spark query ids whose stop releases it
         # Spark query id -> the runs of it this instance wrote for
         self._runs: dict[str, set[str]] = {}
-        # Spark query ids seen active in the process's first session, whose query
-        # manager then tells when they have stopped (see claim_output)
-        self._watched: set[str] = set()
+        # Spark query id -> whether it was seen active in the process's first session,
+        # whose query manager then tells when it has stopped (see claim_output)
+        self._watched: dict[str, bool] = {}
 
     def claim_output(self, spark_query_id: str | None = None,
                      run_id: str | None = None) -> None:
@@ -111,18 +111,18 @@ class ExactlyOnceKafkaForeachBatch:
         )
 
     def _watch(self, spark_query_id: str | None) -> None:
-        """Remember ``spark_query_id`` if the process's first session runs it (only that
-        session's query manager can later say it stopped). Once per query id."""
+        """Remember whether the process's first session runs ``spark_query_id`` (only
+        that session's query manager can later say it stopped). One lookup per query id."""
         if not spark_query_id or spark_query_id in self._watched:
             return
         from pyspark.sql import SparkSession
 
         spark = SparkSession._instantiatedSession
         try:
-            if spark is not None and spark.streams.get(spark_query_id) is not None:
-                self._watched.add(spark_query_id)
+            seen = spark is not None and spark.streams.get(spark_query_id) is not None
         except Exception:  # py4j errors of a stopping session: not watched
-            return
+            seen = False
+        self._watched[spark_query_id] = seen
 
     def _stopped(self) -> bool:
         """Whether every query this instance wrote for is known to have stopped.
@@ -131,7 +131,7 @@ class ExactlyOnceKafkaForeachBatch:
         another session, or named only by the ``query.id`` option): the instance
         may still write, and taking its name over would make two writers of one
         output."""
-        if not self._runs or not set(self._runs) <= self._watched:
+        if not self._runs or not all(self._watched.get(query_id) for query_id in self._runs):
             return False
         from pyspark.sql import SparkSession
 
