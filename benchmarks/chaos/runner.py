@@ -210,9 +210,10 @@ def pipeline_text(app_id: str, topic: str, spec: RunSpec, master: str = "local[2
                   horizon_seconds: int = 7 * 24 * 3600) -> str:
     dup90 = spec.kind == "dup90_tiny_bloom"
     sink_options = ""
-    # The one-pass variant is a setting of the file, so every path that writes or
-    # parses a run's pipeline (the operational kinds' own starts included) runs it.
-    one_pass = "one_pass = true\n" if "one_pass" in spec.variant.split("+") else ""
+    # The form is a setting of the file, so every path that writes or parses a run's
+    # pipeline (the operational kinds' own starts included) runs it; written both ways
+    # because one pass is the default of a file that does not choose.
+    one_pass = f"one_pass = {str('one_pass' in spec.variant.split('+')).lower()}\n"
     if spec.kind == "txn_timeout":
         sink_options = (f'"kafka.transaction.timeout.ms" = "{TXN_TIMEOUT_MS}"\n'
                         f'"max.batch.duration.ms" = "{TXN_TIMEOUT_MS - 1000}"\n')

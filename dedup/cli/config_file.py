@@ -54,7 +54,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
               "wait_replicas": -1, "failover_wait_seconds": _DEDUP.redis.failover_wait},
     "sink": {
         "type": "kafka", "bootstrap_servers": "", "topic": "", "partitions": 2,
-        "key_column": "key", "value_column": "", "one_pass": False, "options": {},
+        # one_pass: when the file does not set it, on wherever it can run (dedup on,
+        # a Kafka sink); see parse_pipeline
+        "key_column": "key", "value_column": "", "one_pass": True, "options": {},
     },
     "run": {
         "trigger_seconds": 0.0, "stop_after_idle_seconds": 10.0, "max_seconds": 0.0,
@@ -161,6 +163,15 @@ def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
     if tables["sink"]["type"] == "kafka" and not tables["sink"]["topic"]:
         raise ConfigError("sink.topic is required for sink.type = \"kafka\": name the output "
                           "topic")
+    sink, fits = tables["sink"], tables["dedup"]["enabled"] and tables["sink"]["type"] == "kafka"
+    if "one_pass" not in nested.get("sink", {}):
+        # One pass is the cheaper form with the same guarantees; a file that does not
+        # choose gets it wherever it can run, and the two-step form elsewhere.
+        sink["one_pass"] = bool(fits)
+    elif sink["one_pass"] and not fits:
+        raise ConfigError("sink.one_pass = true needs dedup.enabled = true and sink.type = "
+                          "\"kafka\" (it runs the dedup step inside the Kafka sink's write): "
+                          "set sink.one_pass = false or leave it out")
     return PipelineFile(path=path, tables=tables)
 
 

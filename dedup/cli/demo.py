@@ -214,7 +214,8 @@ def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> De
 
         watcher = QueryWatcher(progress, metric=metric_name(app_id))
         crashed = False
-        query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints))
+        query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints),
+                            watcher=watcher)
         try:
             wait_for(query, watcher, lambda: source_done(pipeline, watcher))
         except Exception as exc:
@@ -227,7 +228,8 @@ def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> De
                          f"{context.get('batch')}, partition {context.get('partition')}): "
                          f"{type(exc).__name__}")
             progress.say("restarting the query from the same checkpoint...")
-            query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints))
+            query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints),
+                            watcher=watcher)
             wait_for(query, watcher, lambda: source_done(pipeline, watcher))
         finally:
             if query.isActive:
@@ -259,7 +261,7 @@ def _print_summary(progress: Progress, args: argparse.Namespace, r: DemoResult) 
     crash = (f"yes, at {CRASH_POINT} in batch {args.crash_batch}; restarted from the checkpoint"
              if r.crashed else "no")
     dropped = r.dropped if r.dropped is not None else r.records_in - r.records_out
-    source = "dedup operator metrics" if r.dropped is not None else "records in - records out"
+    source = "the dedup step's metrics" if r.dropped is not None else "records in - records out"
     lines = [
         "dedup demo summary",
         f"  records in          {r.records_in:>8}",

@@ -317,13 +317,12 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
             'dedup.invalid_ids = "dead_letter" needs a dead-letter topic: set '
             'sink.options."dead.letter.topic" in the pipeline file'
         )
+    # parse_pipeline resolved the default and refused one pass where it cannot run
     one_pass = bool(sink["one_pass"])
-    if one_pass and not (pipeline.table("dedup")["enabled"] and sink["type"] == "kafka"):
-        raise ConfigError("sink.one_pass = true needs dedup.enabled = true and sink.type = "
-                          "\"kafka\" (it runs the dedup step inside the Kafka sink's write)")
     if one_pass and transform is not None:
-        raise ConfigError("sink.one_pass = true leaves no place for code between the dedup "
-                          "step and the sink: set it to false")
+        raise ConfigError("sink.one_pass = true (the default with dedup and a Kafka sink) "
+                          "leaves no place for code between the dedup step and the sink: "
+                          "set sink.one_pass = false")
     if pipeline.table("dedup")["enabled"] and not one_pass:
         from dedup import deduplicate
 

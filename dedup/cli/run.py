@@ -73,9 +73,10 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
     if sink["type"] == "kafka":
         ensure_topic(addresses.sink_bootstrap, sink["topic"], sink["partitions"],
                      client_config=quiet_clients(sink_client_settings(pipeline)))
+    steps = ("dedup and kafka sink in one pass" if sink["one_pass"] else
+             f"{'dedup -> ' if pipeline.table('dedup')['enabled'] else ''}{sink['type']} sink")
     progress.say(f"pipeline {pipeline.app_id}: {pipeline.table('source')['type']} source -> "
-                 f"{'dedup -> ' if pipeline.table('dedup')['enabled'] else ''}"
-                 f"{sink['type']} sink {sink['topic'] or ''}; checkpoint {checkpoint}")
+                 f"{steps} {sink['topic'] or ''}; checkpoint {checkpoint}")
     progress.say(f"starting Spark ({master}); Spark's log: {base / 'logs'}")
     with stderr_to_file(base / "logs" / "stderr.log", enabled=not args.debug):
         spark = cli_spark_session(base / "logs", app_name=f"dedup-run-{pipeline.app_id}",

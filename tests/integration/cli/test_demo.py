@@ -41,6 +41,8 @@ def test_demo_crashes_restarts_and_reports_exactly_once(tmp_path: Path) -> None:
     assert _count("records in", out) == RECORDS
     assert _count("records out", out) == len(expected)
     assert _count("duplicates dropped", out) == RECORDS - len(expected)
+    # counted by the dedup step itself (one pass, the default), not inferred from the output
+    assert "(the dedup step's metrics)" in out, out
     assert _count("lost", out) == 0
     assert _count("duplicated", out) == 0
     assert "crash               yes" in out

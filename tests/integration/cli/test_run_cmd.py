@@ -63,6 +63,7 @@ def test_example_pipeline_runs_exactly_once(redis_url: str, kafka_bootstrap: str
     out = result.stdout
     assert result.returncode == 0, f"stdout:\n{out}\nstderr:\n{result.stderr}"
     assert re.search(r"batch \d+: 2000 records in", out), out  # progress lines
+    assert "synthetic source -> dedup and kafka sink in one pass" in out  # the default form
     assert f"dedup run {app_id}: 5 batches, 10000 records in" in out
     assert "lost 0, duplicated 0, phantoms 0, mismatched 0, open transactions 0" in out
     assert f"10000 records in, {_duplicates(config)} duplicates dropped," in out, out
@@ -78,12 +79,13 @@ def test_example_pipeline_runs_exactly_once(redis_url: str, kafka_bootstrap: str
     assert all(txn_id in aborted for txn_id in txn_ids)
 
 
-def test_example_pipeline_in_one_pass_runs_exactly_once(redis_url: str, kafka_bootstrap: str,
-                                                        app_id: str, tmp_path: Path) -> None:
-    # sink.one_pass = true: the dedup step inside the sink's write (deduplicate_to_kafka).
+def test_example_pipeline_in_two_steps_runs_exactly_once(redis_url: str, kafka_bootstrap: str,
+                                                         app_id: str, tmp_path: Path) -> None:
+    # sink.one_pass = false: the dedup operator, then the exactly_once_kafka data source
+    # (the example, like the default, runs one pass).
     config = example_config(app_id, tmp_path)
-    text = config.read_text().replace("one_pass = false", "one_pass = true", 1)
-    assert "one_pass = true" in text
+    text = config.read_text().replace("one_pass = true", "one_pass = false", 1)
+    assert "one_pass = false" in text
     config.write_text(text)
     dedup = Path(sys.executable).with_name("dedup")
     env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
@@ -96,5 +98,5 @@ def test_example_pipeline_in_one_pass_runs_exactly_once(redis_url: str, kafka_bo
     assert result.returncode == 0, f"stdout:\n{out}\nstderr:\n{result.stderr}"
     assert f"dedup run {app_id}: 5 batches, 10000 records in" in out
     assert "lost 0, duplicated 0, phantoms 0, mismatched 0, open transactions 0" in out
-    # the one-pass step's counts reach the run's report as the operator's do
+    # the operator's counts reach the run's report as the one-pass step's do
     assert f"10000 records in, {_duplicates(config)} duplicates dropped," in out, out

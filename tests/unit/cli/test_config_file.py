@@ -24,6 +24,7 @@ def test_example_config_parses() -> None:
     pipeline = load_pipeline(example_path())
     assert pipeline.app_id == "dedup-example"
     assert pipeline.table("source")["total_rows"] > 0
+    assert pipeline.table("sink")["one_pass"] is True  # the example shows the default
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -83,3 +84,29 @@ def test_dotted_sink_options_may_be_written_unquoted() -> None:
     assert pipeline.table("sink")["options"] == {
         "strong.productions": "false", "kafka.transaction.timeout.ms": "90000",
         "kafka.acks": "all", "kafka.linger.ms": 7}
+
+
+@pytest.mark.parametrize(("extra", "one_pass"), [
+    ("", True),                                             # dedup on, a Kafka sink
+    ("[dedup]\nenabled = false\n", False),                  # nothing to fuse
+    ('app_id = "p1"\n[sink]\ntype = "console"\n', False),   # no Kafka write to run it in
+])
+def test_one_pass_is_the_default_wherever_it_can_run(extra: str, one_pass: bool) -> None:
+    text = extra if extra.startswith("app_id") else MINIMAL + extra
+    assert parse_pipeline(text).table("sink")["one_pass"] is one_pass
+
+
+def test_a_file_that_sets_one_pass_keeps_its_choice() -> None:
+    two_step = parse_pipeline('app_id = "p1"\n[sink]\ntopic = "out"\none_pass = false\n')
+    assert two_step.table("sink")["one_pass"] is False
+    one = parse_pipeline('app_id = "p1"\n[sink]\ntopic = "out"\none_pass = true\n')
+    assert one.table("sink")["one_pass"] is True
+
+
+@pytest.mark.parametrize("text", [
+    'app_id = "p1"\n[sink]\ntype = "console"\none_pass = true\n',
+    'app_id = "p1"\n[dedup]\nenabled = false\n[sink]\ntopic = "o"\none_pass = true\n',
+])
+def test_one_pass_asked_for_where_it_cannot_run_is_refused(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"sink\.one_pass = true needs dedup\.enabled = true"):
+        parse_pipeline(text)
