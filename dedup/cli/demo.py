@@ -1,12 +1,13 @@
 """``dedup demo``: the whole pipeline on local services, with a real crash and a restart.
 
 Starts its own Redis (AOF, fsync always), Kafka broker and local Spark;
-streams synthetic records with duplicates through record IDs -> dedup ->
-the exactly-once Kafka sink; crashes the query once mid-run with an armed
-fail-point (the query really fails: ``spark.task.maxFailures`` is 1 in
-``local[2]``); restarts it from the same checkpoint; reads the output with a
-``read_committed`` consumer; compares it with the failure-free output
-computed from the input; prints a summary; stops everything it started.
+streams synthetic records with duplicates through record IDs -> dedup and
+the exactly-once Kafka sink in one pass (``dedup run``'s default); crashes
+the query once mid-run with an armed fail-point (the query really fails:
+``spark.task.maxFailures`` is 1 in ``local[2]``); restarts it from the same
+checkpoint; reads the output with a ``read_committed`` consumer; compares it
+with the failure-free output computed from the input; prints a summary; stops
+everything it started.
 """
 
 from __future__ import annotations
