@@ -207,3 +207,15 @@ def test_up_refuses_a_recorded_port_held_by_another_process_and_keeps_the_data(
     after = _state()
     assert _ports(after) == (redis_port, kafka_port, controller_port)
     _assert_survivors(after)
+
+
+def test_up_without_the_broker_jars_starts_nothing(services_env: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    # A machine without set-up: refused before any service starts, so no Redis is
+    # left running (until 2026-11-26 Redis started first and stayed up after the error).
+    env = {**services_env, "DEDUP_KAFKA_JARS": str(tmp_path / "no-jars")}
+    result = _dedup(["services", "up"], env)
+    assert result.returncode != 0, result.stdout
+    assert "Kafka broker jars not found" in result.stderr, result.stderr
+    assert "redis started" not in result.stdout, result.stdout
+    assert not [pid for pid in _recorded_pids() if process_alive(pid)], _state()
