@@ -18,8 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from dedup.exceptions import ServiceError
-from dedup.local.paths import cache_dir
-from dedup.local.services import KafkaBroker, RedisServer, process_alive
+from dedup.local.paths import cache_dir, kafka_broker_jars
+from dedup.local.services import (
+    KafkaBroker,
+    RedisServer,
+    java_binary,
+    process_alive,
+    redis_server_binary,
+)
 
 STOP_TIMEOUT = 20.0
 # A killed server's connections linger on its port for about a minute (FIN-WAIT-2,
@@ -167,6 +173,13 @@ def services_up(say: Any = print) -> dict[str, Any]:
     """
     state = read_state()
     base = services_dir()
+    # What each service to start needs, checked before either starts: a machine
+    # without set-up is refused with nothing left running.
+    if not process_alive(state.get("redis", {}).get("pid")):
+        redis_server_binary()
+    if not process_alive(state.get("kafka", {}).get("pid")):
+        java_binary()
+        kafka_broker_jars()
     redis_state = state.get("redis", {})
     if process_alive(redis_state.get("pid")):
         say(f"redis already running: {redis_state['url']} (pid {redis_state['pid']})")

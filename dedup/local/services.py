@@ -34,6 +34,18 @@ from typing import Any
 from dedup.exceptions import ServiceError
 from dedup.local.paths import kafka_broker_jars, require_program
 
+
+def redis_server_binary() -> str:
+    """Path of ``redis-server``; :class:`MissingToolError` naming the fix if absent."""
+    return require_program("redis-server",
+                           "install Debian's package: apt-get install redis-server")
+
+
+def java_binary() -> str:
+    """Path of ``java`` (runs the Kafka broker); :class:`MissingToolError` if absent."""
+    return require_program("java", "install a JDK 17: apt-get install openjdk-17-jdk-headless")
+
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -262,9 +274,7 @@ class RedisServer:
         """Start the server (again) and wait for ``PING``. Safe to call when running."""
         if self._proc and self._proc.alive():
             return self
-        binary = require_program(
-            "redis-server", "install Debian's package: apt-get install redis-server"
-        )
+        binary = redis_server_binary()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         secured: list[str] = []
         if self.password:
@@ -457,7 +467,7 @@ class KafkaBroker:
         return props
 
     def _java(self, main_class: str, *args: str) -> list[str]:
-        java = require_program("java", "install a JDK 17: apt-get install openjdk-17-jdk-headless")
+        java = java_binary()
         jars = kafka_broker_jars()
         return [
             java, f"-Xms{min(self.heap_mb, 256)}m", f"-Xmx{self.heap_mb}m",
