@@ -163,7 +163,8 @@ def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
     if tables["sink"]["type"] == "kafka" and not tables["sink"]["topic"]:
         raise ConfigError("sink.topic is required for sink.type = \"kafka\": name the output "
                           "topic")
-    sink, fits = tables["sink"], tables["dedup"]["enabled"] and tables["sink"]["type"] == "kafka"
+    sink = tables["sink"]
+    fits = tables["dedup"]["enabled"] and sink["type"] == "kafka"
     if "one_pass" not in nested.get("sink", {}):
         # One pass is the cheaper form with the same guarantees; a file that does not
         # choose gets it wherever it can run, and the two-step form elsewhere.

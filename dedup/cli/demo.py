@@ -230,7 +230,7 @@ def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> De
                          f"{type(exc).__name__}")
             progress.say("restarting the query from the same checkpoint...")
             query = start_query(spark, pipeline, addresses, checkpoint, str(failpoints),
-                            watcher=watcher)
+                                watcher=watcher)
             wait_for(query, watcher, lambda: source_done(pipeline, watcher))
         finally:
             if query.isActive:
