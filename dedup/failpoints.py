@@ -9,8 +9,8 @@ first process that reaches the point with a matching context renames the file
 to ``<name>.fired-<pid>`` (atomic, so exactly one process fires it) and then
 acts: ``raise`` raises :class:`InjectedFault`, ``kill`` sends SIGKILL to its
 own process (a Python worker or the driver), ``sleep`` stalls, ``stop`` sends
-SIGSTOP to its own process (someone else must SIGCONT it: the pid is in the
-fired file). The fired file
+SIGSTOP to its own process (someone else must continue it, with :func:`resume`:
+the pid is in the fired file, written just before the stop). The fired file
 is the proof that the fault hit.
 
 The folder comes from :class:`dedup.config.FailPointConfig` (the sink's option
@@ -251,3 +251,42 @@ def fired(directory: str | Path, name: str | None = None) -> list[dict[str, Any]
         data["name"] = path.name.split(".fired-")[0]
         out.append(data)
     return out
+
+
+def _state(pid: int) -> str | None:
+    """The state letter of process ``pid`` in ``/proc`` (``None``: gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The state follows the last ")": the command name may hold spaces and ")".
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def resume(record: dict[str, Any], timeout: float = 10.0) -> bool:
+    """Continue the process held by the fired ``stop`` point ``record`` (from :func:`fired`).
+
+    The point writes its record before it stops its own process, so a SIGCONT
+    sent as soon as the record shows the pid could come first and leave the
+    process stopped for good; this waits up to ``timeout`` seconds for the stop,
+    then sends SIGCONT. Returns False when there is nothing to continue (no pid
+    in the record: the process died between rename and write; or it is gone or
+    a zombie). A process not stopped within ``timeout`` gets the SIGCONT anyway
+    (True). Safe to repeat: a SIGCONT to a running process changes nothing.
+    Tests and chaos runs only.
+    """
+    pid = int(record.get("pid") or 0)
+    if pid <= 0:
+        return False
+    deadline = time.monotonic() + timeout
+    while (state := _state(pid)) not in ("T", "t", None, "Z", "X"):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    if state in (None, "Z", "X"):
+        return False
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        return False
+    return True

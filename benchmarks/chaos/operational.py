@@ -39,8 +39,8 @@ from benchmarks.chaos.runner import (
     pipeline_text,
     run_to_end,
 )
-from dedup.failpoints import arm
-from dedup.local.services import RedisServer, process_alive
+from dedup.failpoints import arm, resume
+from dedup.local.services import RedisServer
 
 SHUFFLE = "spark.sql.shuffle.partitions"
 PARTITIONS = 4  # the runner's shuffle partitions (= dedup shards = sink partitions)
@@ -384,10 +384,7 @@ def _second_pipeline(run: Run) -> int:
                 ev["first_query_id"] = first_id
                 _second(run, first_id)
             finally:
-                held = int(hit.get("pid", 0))
-                ev["first_held_until_second_done"] = process_alive(held)
-                if process_alive(held):
-                    os.kill(held, signal.SIGCONT)
+                ev["first_held_until_second_done"] = resume(hit, timeout=5)
             # hit: refused while the first pipeline was still inside its held batch
             run.fault.confirmed = run.fault.confirmed and ev["first_held_until_second_done"]
             code = first.wait(RUN_MAX_SECONDS + 60)

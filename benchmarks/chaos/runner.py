@@ -49,7 +49,7 @@ from benchmarks.chaos.faults import (
     wait_fired,
 )
 from dedup.constants import RECORD_ID_HEADER
-from dedup.failpoints import arm, arm_mutant
+from dedup.failpoints import arm, arm_mutant, resume
 from dedup.local.services import KafkaBroker, RedisServer, process_alive
 from sinks.kafka_io import consume_all, ensure_topic
 from sinks.verify import verify_topic
@@ -456,9 +456,7 @@ class Run:
         pid = int(hit["pid"])
         context = hit.get("context", {})
         time.sleep(TXN_TIMEOUT_MS / 1000 + 4)  # the coordinator aborts it meanwhile
-        alive = process_alive(pid)
-        if alive:
-            os.kill(pid, signal.SIGCONT)
+        alive = resume(hit, timeout=5)
         self.fault.evidence.update(
             stopped_pid=pid, stopped_until_continued=alive,
             stopped_s=round(time.time() - float(hit.get("time", time.time())), 1),

@@ -14,7 +14,6 @@ foreign or left open.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 
 import sinks
-from dedup.failpoints import arm, fired
+from dedup.failpoints import arm, fired, resume
 from dedup.local.services import KafkaBroker
 from tests.integration.sinks.pipeline import (
     build_stream,
@@ -66,7 +65,8 @@ def _write_with_frozen_broker(spark: Any, broker: KafkaBroker | None, bootstrap:
         broker.signal(signal.SIGSTOP)
         frozen = time.monotonic()
         try:
-            os.kill(int(record["pid"]), signal.SIGCONT)  # on into the call, broker frozen
+            # on into the call, broker frozen (once the worker has stopped itself)
+            assert resume(record), "the held Python worker is gone"
             failed = wait_for(lambda: any(error in e for e in failed_task_errors(spark, txn_id)),
                               timeout=within)
             took = time.monotonic() - frozen
