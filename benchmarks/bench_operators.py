@@ -16,7 +16,11 @@ checkpoint, written to Spark's ``noop`` sink, run with ``availableNow``:
   it: ``stateStore.rocksdb.trackTotalNumberOfRows=false`` (no row count read
   per update) and changelog checkpointing on;
 * ``dropduplicates_within_watermark``: ``withWatermark`` (10 minutes of event
-  time) + ``dropDuplicatesWithinWatermark`` (HDFS-backed store).
+  time) + ``dropDuplicatesWithinWatermark`` (HDFS-backed store);
+* ``operator_skeleton``: the operator's Spark shape deciding nothing
+  (:func:`benchmarks.common.operator_skeleton`), the ceiling of any decision
+  made in that shape: ``skeleton_over_*`` is how far each bar of
+  ``dedup_over_*`` could be reached with a decision that costs nothing.
 
 Each variant first runs once on a small warm-up input (not measured); then
 the variants run interleaved, ``--repeats`` times each, and the fastest run
@@ -49,7 +53,8 @@ from benchmarks.common import (
 )
 
 VARIANTS = ("passthrough", "dedup_operator", "dropduplicates_hdfs", "dropduplicates_rocksdb",
-            "dropduplicates_rocksdb_tuned", "dropduplicates_within_watermark")
+            "dropduplicates_rocksdb_tuned", "dropduplicates_within_watermark",
+            "operator_skeleton")
 SCHEMA = "event_id string, payload string, event_time timestamp"
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "window": 200_000, "variants": ",".join(VARIANTS), "output": "operators.json",
               "repeats": 2},
         quick={"records": 200_000, "files": 4, "window": 20_000, "repeats": 1},
-        helps={"variants": "comma-separated; diagnostics: operator_skeleton",
+        helps={"variants": "comma-separated",
                "repeats": "interleaved runs per variant; the fastest counts"})
     variants = [v for v in args.variants.split(",") if v]
     log = progress("operators")
@@ -196,7 +201,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                       services.workdir, args.files_per_trigger)
                     run["repeat"] = repeat
                     run["records_per_s"] = round(args.records / run["seconds"], 1)
-                    expected = args.records if variant == "passthrough" else distinct
+                    # the skeleton decides nothing: it keeps every record
+                    expected = (args.records if variant in ("passthrough", "operator_skeleton")
+                                else distinct)
                     if "output_rows" in run:
                         run["output_correct"] = run["output_rows"] == expected
                     runs.append(run)
@@ -240,6 +247,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "dedup_over_dropduplicates_hdfs": ratio(op, rate["dropduplicates_hdfs"]),
         "dedup_over_dropduplicates_within_watermark": ratio(
             op, rate["dropduplicates_within_watermark"]),
+        # the ceilings: the shape's own cost, the same sitting and input
+        "skeleton_over_passthrough": ratio(rate["operator_skeleton"], rate["passthrough"]),
+        "skeleton_over_dropduplicates_rocksdb_tuned": ratio(
+            rate["operator_skeleton"], rate["dropduplicates_rocksdb_tuned"]),
+        "skeleton_over_dropduplicates_hdfs": ratio(rate["operator_skeleton"],
+                                                   rate["dropduplicates_hdfs"]),
+        "dedup_over_skeleton": ratio(op, rate["operator_skeleton"]),
         "redis_roundtrips_per_shard_batch": max(
             r["round_trips_per_shard_batch"] for r in runs if r["variant"] == "dedup_operator"),
     }
