@@ -208,7 +208,7 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         ("skeleton_over_dropduplicates_hdfs", "reported (that shape: the ceiling of the HDFS bar)",
          ""),
         ("dedup_over_skeleton", "reported (the decision's cost inside that shape)", ""),
-        ("redis_roundtrips_per_shard_batch", "constant (1 + rebuilds)", ""),
+        ("redis_roundtrips_per_shard_batch", "constant (1 + rebuilds + catch-ups first)", ""),
         ("redis_roundtrips_per_shard_batch_spark", "constant", ""),
         ("bloom_fp_observed_over_configured", "<= 1.5x",
          _bar(figures.get("bloom_fp_observed_over_configured"), 1.5, lower_is_better=True)),

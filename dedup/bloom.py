@@ -113,12 +113,15 @@ class ShardFilter:
         self._bf.count += fresh
         return True
 
-    def probe(self, ids: Sequence[bytes | str]) -> tuple[np.ndarray, np.ndarray]:
-        """Hit mask of ``ids`` and their bit positions.
+    def probe(self, ids: Sequence[bytes | str],
+              positions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Hit mask of ``ids`` and their bit positions (``positions``: those this
+        filter gave for ``ids`` before, not hashed again).
 
         A False in the mask means the key was surely never added.
         """
-        positions = self.positions(ids)
+        if positions is None:
+            positions = self.positions(ids)
         return self._contains(positions), positions
 
     def split(self, ids: Sequence[bytes | str]) -> tuple[list[bytes | str], list[bytes | str]]:

@@ -326,7 +326,10 @@ class ClaimReply:
     recorded; then ``keep`` is None, ``replay_kept`` lists the digests of the
     IDs that decision kept and the tag fields are meaningless. ``mode`` says
     how Bloom negatives were judged: ``trust``, ``journal`` (filter caught up
-    with the digests in ``catch_up``) or ``full`` (not used).
+    with the digests in ``catch_up``) or ``full`` (not used); or ``catch_up``
+    (asked for with ``catch_up_first``): nothing was claimed, ``keep`` is None,
+    and ``catch_up`` holds what the filter misses to reach ``(epoch, version,
+    token)``, after which the caller claims again.
     """
 
     keep: np.ndarray | None
@@ -619,14 +622,15 @@ class RedisCatalog:
 
     def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[bytes], positives: list[bytes], lease_owner: str,
-              now: float, strict: bool = False) -> ClaimReply:
+              now: float, strict: bool = False, catch_up_first: bool = False) -> ClaimReply:
         """The atomic, idempotent claim of one (query, batch, shard); see ``claim.lua``.
 
         ``negatives`` and ``positives`` are the candidates' digests (:func:`id_digests`);
         ``tag`` is the ``(epoch, version, token)`` of the caller's Bloom filter;
         ``now`` the batch's timestamp (the same for every attempt of the batch);
         ``strict`` refuses a streaming query this Redis has no record of
-        (:meth:`join_query`).
+        (:meth:`join_query`). ``catch_up_first``: a filter the journal can catch up
+        gets a ``catch_up`` reply (:class:`ClaimReply`) and nothing is claimed.
 
         Safe to repeat. While Redis fails over, the claim is repeated for up to
         ``RedisConfig.failover_wait`` seconds (:func:`dedup.failover.ride_out_failover`);
@@ -654,7 +658,7 @@ class RedisCatalog:
             if query_id and batch.isdigit():  # a streaming batch (a batch job's is a token)
                 self.join_query(query_id, int(batch), strict)
             return self._claim_once(shard, decision, tag, negatives, positives, lease_owner,
-                                    now)
+                                    now, catch_up_first)
 
         return ride_out_failover(
             claim_once,
@@ -664,7 +668,7 @@ class RedisCatalog:
 
     def _claim_once(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
                     negatives: list[bytes], positives: list[bytes], lease_owner: str,
-                    now: float) -> ClaimReply:
+                    now: float, catch_up_first: bool = False) -> ClaimReply:
         app, cfg = self.config.app_id, self.config
         buckets = lookup_buckets(cfg, now)
         keys = [state_key(app, shard), decisions_key(app, shard), journal_key(app, shard)]
@@ -682,6 +686,7 @@ class RedisCatalog:
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
             self._fence(lease_owner, decision), cfg.journal_versions, uuid.uuid4().hex,
             negative_blob, positive_blob, tag[2] if tag else "", digest,
+            "1" if catch_up_first else "",
         ]
         what = f"the claim of shard {shard} ({decision})"
         required = self.required_replicas()
@@ -726,6 +731,11 @@ class RedisCatalog:
                 # claimed and counts them as seen.
                 return ClaimReply.replayed([])
             return ClaimReply.replayed(split_digests(rest))
+        if status == "CATCHUP":
+            epoch, version, token = _text(reply[1]), int(_text(reply[2])), _text(reply[4])
+            return ClaimReply(keep=None, replay=False, epoch=epoch, version=version,
+                              catch_up=split_digests(_blob(reply[3])), mode="catch_up",
+                              lookups=0, token=token)
         if status != "OK":
             raise CatalogStateError(f"unexpected claim reply {status!r} for shard {shard}")
         text = [_text(x) for x in (*reply[1:4], *reply[5:])]

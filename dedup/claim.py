@@ -26,9 +26,26 @@ class Catalog(Protocol):
 
     def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[bytes], positives: list[bytes], lease_owner: str,
-              now: float, strict: bool = False) -> ClaimReply: ...
+              now: float, strict: bool = False, catch_up_first: bool = False) -> ClaimReply: ...
 
     def snapshot(self, shard: int, now: float) -> Snapshot: ...
+
+
+CATCH_UP_FIRST_MIN = 2_000
+"""Candidate IDs from which a claim from a filter behind the shard catches up first:
+below it, the journal path's work per ID costs less than another round trip."""
+
+
+@dataclass(frozen=True)
+class _Split:
+    """Candidates split by a filter: ``sent`` maps the catalog's order (negatives,
+    then positives) back to the candidates; ``hit``/``positions`` are None without one."""
+
+    hit: np.ndarray | None
+    positions: np.ndarray | None
+    sent: np.ndarray
+    negatives: list[bytes]
+    positives: list[bytes]
 
 
 @dataclass(frozen=True)
@@ -38,7 +55,7 @@ class ShardOutcome:
     ``keep`` is aligned with the claimed IDs: True for the IDs this batch
     keeps (first occurrence); every other candidate is a duplicate seen by
     the catalog. ``round_trips`` counts the catalog calls made (1 in steady
-    state, 2 when the filter was (re)built).
+    state, 2 when the filter was (re)built or caught up first).
     """
 
     ids: Sequence[str] | np.ndarray
@@ -98,26 +115,25 @@ class ShardClaimer:
                 round_trips += 1
         keys = np.empty(len(ids), dtype=object)
         keys[:] = id_digests(ids.tolist() if isinstance(ids, np.ndarray) else ids)
-        hit: np.ndarray | None = None
-        positions: np.ndarray | None = None
-        if bf is not None:
-            hit, positions = bf.probe(keys.tolist())
-            # the catalog sees negatives first, then positives; ``sent`` maps back
-            sent = np.concatenate([np.flatnonzero(~hit), np.flatnonzero(hit)])
-            n_negatives = len(keys) - int(hit.sum())
-            negatives = keys[sent[:n_negatives]].tolist()
-            positives = keys[sent[n_negatives:]].tolist()
-        else:
-            sent = np.arange(len(keys))
-            negatives, positives = keys.tolist(), []
-        if positives and mutant_on("stale_bloom_trusted", self.config.fail_points.directory):
-            # Test-only mutant (dedup.failpoints): "maybe seen" is taken as seen,
-            # so the catalog never judges the filter's hits.
-            positives = []
-        reply = self.catalog.claim(shard, f"{query_id}:{batch_id}",
-                                   bf.tag if bf is not None else None,
-                                   negatives, positives, lease_owner, now, strict)
+        decision = f"{query_id}:{batch_id}"
+        split = self._split(bf, keys)
+        # A large claim from a filter behind the shard asks for the catch-up first
+        # (CATCH_UP_FIRST_MIN): one more round trip, then the trust path.
+        reply = self.catalog.claim(shard, decision, bf.tag if bf is not None else None,
+                                   split.negatives, split.positives, lease_owner, now, strict,
+                                   catch_up_first=bf is not None
+                                   and len(keys) >= CATCH_UP_FIRST_MIN)
         round_trips += 1
+        if reply.mode == "catch_up" and bf is not None:
+            caught, trips = self._catch_up(bf, shard, reply, now, len(keys))
+            round_trips += trips
+            # the same filter keeps the positions it gave; a rebuilt one hashes anew
+            split = self._split(caught, keys, split.positions if caught is bf else None)
+            bf = caught
+            reply = self.catalog.claim(shard, decision, bf.tag, split.negatives,
+                                       split.positives, lease_owner, now, strict)
+            round_trips += 1
+        hit, positions, sent = split.hit, split.positions, split.sent
         if reply.keep is None:
             # A replay: the recorded decision names its kept IDs (rare: retries only).
             kept_ids = set(reply.replay_kept)
@@ -137,6 +153,31 @@ class ShardClaimer:
             false_positives = int(np.count_nonzero(keep & hit))
         return ShardOutcome(ids, keep, reply.replay, bloom_positives, false_positives,
                             round_trips, reply.lookups, reply.mode)
+
+    def _split(self, bf: ShardFilter | None, keys: np.ndarray,
+               positions: np.ndarray | None = None) -> _Split:
+        """Probe ``keys`` (digests) in ``bf``; the catalog sees negatives, then positives."""
+        if bf is None:
+            return _Split(None, None, np.arange(len(keys)), keys.tolist(), [])
+        hit, positions = bf.probe(keys.tolist(), positions)
+        sent = np.concatenate([np.flatnonzero(~hit), np.flatnonzero(hit)])
+        n_negatives = len(keys) - int(hit.sum())
+        positives = keys[sent[n_negatives:]].tolist()
+        if positives and mutant_on("stale_bloom_trusted", self.config.fail_points.directory):
+            # Test-only mutant (dedup.failpoints): "maybe seen" is taken as seen,
+            # so the catalog never judges the filter's hits.
+            positives = []
+        return _Split(hit, positions, sent, keys[sent[:n_negatives]].tolist(), positives)
+
+    def _catch_up(self, bf: ShardFilter, shard: int, reply: ClaimReply, now: float,
+                  claiming: int) -> tuple[ShardFilter, int]:
+        """Bring ``bf`` to the version of a ``catch_up`` reply (nothing was claimed);
+        returns the filter and the extra round trips (1 when it was rebuilt bigger)."""
+        if bf.has_room(len(reply.catch_up) + claiming):
+            bf.add_all(reply.catch_up)
+            bf.retag(reply.epoch, reply.version, reply.token)
+            return bf, 0
+        return self._rebuild(shard, now, bf.capacity * 2), 1
 
     def _update_filter(self, bf: ShardFilter, shard: int, reply: ClaimReply,
                        now: float, kept: list[bytes], kept_positions: np.ndarray | None) -> int:

@@ -23,8 +23,10 @@
 -- ARGV[13] client filter token ("" = none)
 -- ARGV[14] digest of the candidate IDs (order-free), kept in the decision so a
 --          replay for other IDs is told apart from a retry
+-- ARGV[15] "1": catch up first (a filter the journal can catch up gets the
+--          catch-up alone and nothing is claimed; the caller claims again, current)
 -- Returns {status, ...}; "OK": {epoch, version, dropped, catch-up, mode, lookups,
--- token}
+-- token}; "CATCHUP": {epoch, version, catch-up, token}
 -- where dropped lists the 0-based positions (comma-joined) of the duplicates
 -- among the candidates, negatives first, then positives; catch-up concatenates
 -- the digests the caller's filter missed; "REPLAY": {"<version>|\n<digest>\n<kept>"};
@@ -87,6 +89,13 @@ elseif ARGV[2] == epoch and cver >= 0 and cver < version and version - cver <= k
   local complete = true
   for i = 1, #entries do
     if not entries[i] then complete = false; break end
+  end
+  if complete and ARGV[15] == '1' then
+    -- Nothing judged, nothing written but the fence above: the caller brings its
+    -- filter to this version and claims again on the trust path, which appends its
+    -- new IDs whole where the journal path below works per ID (about 2.8x the Redis
+    -- time for a claim of 25k IDs one version behind).
+    return {'CATCHUP', epoch, tostring(version), table.concat(entries), tok}
   end
   if complete then
     mode = 'journal'

@@ -17,8 +17,15 @@ import redis
 
 from dedup import CatalogStateError, DedupConfig, RedisConfig
 from dedup.bloom import FilterCache
-from dedup.catalog import RedisCatalog, index_key, lookup_buckets, meta_key, state_key
-from dedup.claim import ShardClaimer
+from dedup.catalog import (
+    RedisCatalog,
+    decisions_key,
+    index_key,
+    lookup_buckets,
+    meta_key,
+    state_key,
+)
+from dedup.claim import CATCH_UP_FIRST_MIN, ShardClaimer
 from dedup.config import BloomConfig, RetentionConfig
 
 pytestmark = pytest.mark.integration
@@ -209,3 +216,31 @@ def test_a_filter_a_few_versions_behind_catches_up_even_after_large_claims(
     assert caught.mode == "journal", "rebuilt from the whole shard instead of catching up"
     assert caught.round_trips == 1
     assert caught.keep.tolist() == [False, True]
+
+
+def test_a_large_claim_from_a_filter_behind_catches_up_first_and_judges_alike(
+        redis_url: str) -> None:
+    """A claim of CATCH_UP_FIRST_MIN candidates or more from a filter the journal can
+    catch up gets the catch-up alone (nothing claimed, no decision recorded), then
+    claims on the trust path: the same keeps as the journal path, one decision."""
+    cfg = _config(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    ahead, behind = ShardClaimer(cfg, filters=FilterCache()), ShardClaimer(cfg,
+                                                                         filters=FilterCache())
+    behind.claim("q", 0, 0, ["b0"], now=NOW)  # current from here
+    for batch in (1, 2):  # two versions behind's filter does not hold
+        ahead.claim("q", batch, 0, [f"a{batch}-{i}" for i in range(3_000)], now=NOW)
+    seen = [f"a1-{i}" for i in range(0, 3_000, 3)] + [f"a2-{i}" for i in range(0, 3_000, 5)]
+    new = [f"n{i}" for i in range(CATCH_UP_FIRST_MIN)]
+    candidates = seen + new + ["b0"]
+    out = behind.claim("q", 3, 0, candidates, now=NOW)
+    kept = {key for key, k in zip(candidates, out.keep.tolist(), strict=True) if k}
+    assert kept == set(new)
+    assert out.mode == "trust" and out.round_trips == 2
+    assert out.false_positives == 0 and out.bloom_positives >= len(seen) + 1
+    assert client.hlen(decisions_key(cfg.app_id, 0)) == 4  # batches 0-3, one each
+    assert int(client.hget(state_key(cfg.app_id, 0), "version")) == 4
+    again = behind.claim("q", 3, 0, candidates, now=NOW)  # a retry replays the decision
+    assert again.replay and again.keep.tolist() == out.keep.tolist()
+    current = behind.claim("q", 4, 0, [f"m{i}" for i in range(CATCH_UP_FIRST_MIN)], now=NOW)
+    assert current.keep.all() and current.mode == "trust" and current.round_trips == 1

@@ -35,7 +35,7 @@ class FakeCatalog:
 
     def claim(self, shard: int, decision: str, tag: tuple[str, int, str] | None,
               negatives: list[str], positives: list[str], lease_owner: str,
-              now: float, strict: bool = False) -> ClaimReply:
+              now: float, strict: bool = False, catch_up_first: bool = False) -> ClaimReply:
         self.calls += 1
         st = self.shard(shard)
         if decision in st.decisions:
@@ -49,6 +49,8 @@ class FakeCatalog:
                 mode = "journal"
                 for v in range(tag[1] + 1, st.version + 1):
                     catch.extend(st.journal[v])
+                if catch_up_first:  # nothing claimed: the caller catches up, claims again
+                    return ClaimReply(None, False, st.epoch, st.version, catch, "catch_up", 0)
                 journal = set(catch)
         kept, keep, lookups = [], [], 0
         for i, key in enumerate(negatives + positives):

@@ -7,6 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
+from dedup import claim as claim_module
 from dedup.bloom import FilterCache, ShardFilter
 from dedup.catalog import (
     decisions_key,
@@ -121,6 +122,41 @@ def test_stale_filter_catches_up_through_journal() -> None:
     out = w1.claim("q", 2, 0, ["b", "c"], now=0)
     assert out.kept == {"c"} and out.mode == "journal"
     assert w1.filters.get("app", 0).version == fake.shard(0).version  # type: ignore[union-attr]
+
+
+def test_a_large_claim_from_a_stale_filter_catches_up_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At CATCH_UP_FIRST_MIN candidates and more, a filter behind the shard gets the
+    catch-up alone (nothing claimed), then claims on the trust path: the same keeps."""
+    monkeypatch.setattr(claim_module, "CATCH_UP_FIRST_MIN", 2)
+    fake = FakeCatalog(journal_versions=4)
+    w1, w2 = (ShardClaimer(cfg(), fake, FilterCache()) for _ in range(2))
+    w1.claim("q", 0, 0, ["a", "x"], now=0)
+    w2.claim("q", 1, 0, ["b", "y"], now=0)  # w1's filter is now behind
+    calls = fake.calls
+    out = w1.claim("q", 2, 0, ["b", "c", "y"], now=0)
+    assert out.kept == {"c"} and out.mode == "trust" and out.round_trips == 2
+    assert fake.calls == calls + 2
+    assert len(fake.shard(0).decisions["q:2"]) == 1  # one decision, made by the second call
+    assert w1.filters.get("app", 0).version == fake.shard(0).version  # type: ignore[union-attr]
+    # below the threshold the journal path judges it in one round trip
+    w2.claim("q", 3, 0, ["d", "z"], now=0)
+    small = w1.claim("q", 4, 0, ["d"], now=0)
+    assert small.kept == set() and small.mode == "journal" and small.round_trips == 1
+
+
+def test_a_catch_up_without_room_rebuilds_the_filter_bigger(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(claim_module, "CATCH_UP_FIRST_MIN", 1)
+    fake = FakeCatalog(journal_versions=4)
+    small = cfg(bloom=BloomConfig(capacity=4, error_rate=0.3))
+    w1, w2 = (ShardClaimer(small, fake, FilterCache()) for _ in range(2))
+    w1.claim("q", 0, 0, ["a"], now=0)
+    w2.claim("q", 1, 0, ["b", "c", "d"], now=0)
+    out = w1.claim("q", 2, 0, ["b", "e", "f"], now=0)
+    assert out.kept == {"e", "f"} and out.round_trips == 3  # catch-up, snapshot, claim
+    bf = w1.filters.get("app", 0)
+    assert bf is not None and bf.capacity >= 8 and bf.version == fake.shard(0).version
 
 
 def test_filter_beyond_journal_is_bypassed_and_rebuilt() -> None:
