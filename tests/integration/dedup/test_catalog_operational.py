@@ -79,6 +79,33 @@ def test_id_in_the_next_bucket_is_found_by_a_slower_clock(redis_url: str) -> Non
     assert outcome.keep.tolist() == [False], "duplicate kept across a bucket boundary"
 
 
+def test_a_longer_horizon_keeps_every_live_bucket_for_the_new_horizon(redis_url: str) -> None:
+    """``retention.horizon_seconds`` lengthened between runs of one app id (issue 33,
+    finding 1). A bucket's keys get their expiry when the bucket is created; the
+    buckets that already exist, the current one included, must live on for the new
+    horizon, or a duplicate within it passes as new. Real time is short here: 1 s
+    buckets and a 3 s horizon, whose buckets expire within seconds of the claims."""
+    import dataclasses
+    import time
+
+    (q,) = query_ids()
+    short = make_config(redis_url, bloom=BloomConfig(enabled=False),
+                        retention=RetentionConfig(horizon_seconds=3, bucket_seconds=1))
+    longer = dataclasses.replace(short, retention=RetentionConfig(horizon_seconds=60,
+                                                                  bucket_seconds=1))
+    b = int(time.time())  # the current bucket: under the 3 s horizon it expires at b + 4
+    old = claimer(short)
+    assert old.claim(q, 0, 0, ["z"], q, now=b - 0.5).keep.tolist() == [True]  # bucket b - 1
+    assert old.claim(q, 1, 0, ["x"], q, now=b + 0.1).keep.tolist() == [True]  # bucket b
+    new = claimer(longer)  # the restart with the longer horizon
+    assert new.claim(q, 2, 0, ["y"], q, now=b + 0.2).keep.tolist() == [True]  # bucket b
+    time.sleep(max(0.0, b + 5.5 - time.time()))  # past the old horizon of both buckets
+    outcome = new.claim(q, 3, 0, ["x", "y", "z"], q, now=time.time())
+    assert outcome.keep.tolist() == [False, False, False], (
+        "a duplicate within the new horizon was kept: the buckets kept the old horizon's "
+        f"expiry (kept {outcome.keep.tolist()} of x, y, z)")
+
+
 def test_redis_that_evicts_keys_is_refused_and_a_full_one_fails_closed(tmp_path: Any) -> None:
     (q,) = query_ids()
     from dedup import CatalogStateError, UnsafeSettingError
