@@ -687,6 +687,7 @@ class RedisCatalog:
             self._fence(lease_owner, decision), cfg.journal_versions, uuid.uuid4().hex,
             negative_blob, positive_blob, tag[2] if tag else "", digest,
             "1" if catch_up_first else "",
+            cfg.retention.horizon_seconds, cfg.retention.bucket_seconds,
         ]
         what = f"the claim of shard {shard} ({decision})"
         required = self.required_replicas()

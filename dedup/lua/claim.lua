@@ -25,6 +25,7 @@
 --          replay for other IDs is told apart from a retry
 -- ARGV[15] "1": catch up first (a filter the journal can catch up gets the
 --          catch-up alone and nothing is claimed; the caller claims again, current)
+-- ARGV[16] retention horizon (seconds)   ARGV[17] bucket width (seconds)
 -- Returns {status, ...}; "OK": {epoch, version, dropped, catch-up, mode, lookups,
 -- token}; "CATCHUP": {epoch, version, catch-up, token}
 -- where dropped lists the 0-based positions (comma-joined) of the duplicates
@@ -46,7 +47,7 @@ if prev then
 end
 
 local st = redis.call('HMGET', state, 'epoch', 'version', 'n', 'owner', 'fence', 'tok', 'f',
-                      'jn', 'jlo')
+                      'jn', 'jlo', 'hz')
 local epoch = st[1]
 local version = tonumber(st[2] or '0')
 local tok = st[6] or ''
@@ -69,6 +70,20 @@ if not epoch then
 end
 if qid ~= '' and tonumber(st[5] or '0') < fence then
   redis.call('HSET', state, 'owner', qid, 'fence', fence)
+end
+-- The shard remembers the horizon its buckets' expiries were last set for ('hz').
+-- Under another one (a restart with a changed retention.horizon_seconds), every live
+-- bucket is made to live for the new horizon (index_extend; a shorter one changes
+-- nothing there, its buckets just expire sooner from now on). Once per change and
+-- shard; a shard from before 'hz' was kept is brought up once the same way.
+if st[10] ~= ARGV[16] then
+  local current, width = tonumber(ARGV[5]), tonumber(ARGV[17])
+  for k = 4, #KEYS do
+    -- KEYS[4] the current bucket, KEYS[5] the next one, KEYS[6..] one older each
+    local shift = (k == 4 and 0) or (k == 5 and width) or -(k - 5) * width
+    index_extend(KEYS[k], current + shift)
+  end
+  redis.call('HSET', state, 'hz', ARGV[16])
 end
 
 local keep = tonumber(ARGV[9])

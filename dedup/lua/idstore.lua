@@ -15,7 +15,8 @@
 -- 16 bytes of a digest plus the strings' spare room (APPEND grows a string by
 -- doubling; a split writes both halves exact).
 -- Every key of a bucket expires at the same instant, set when it is created
--- (APPEND and SET ... KEEPTTL keep it).
+-- (APPEND and SET ... KEEPTTL keep it), and moved later only by index_extend
+-- (a longer retention horizon).
 
 local DIGEST = 16
 local FORMAT = '2'
@@ -163,3 +164,16 @@ local function index_dump(index, out)
   end
 end
 
+
+-- Make every key of an existing index live until at least expire_at (EXPIREAT GT:
+-- never earlier than it already does). A bucket's keys get their expiry when it is
+-- created, so a longer retention horizon must reach the buckets that exist: without
+-- this their IDs would be forgotten on the old horizon's schedule.
+local function index_extend(index, expire_at)
+  local level, split = index_shape(index)
+  if not level then return end
+  redis.call('EXPIREAT', index, expire_at, 'GT')
+  for a = 0, 2 ^ level + split - 1 do
+    redis.call('EXPIREAT', index .. ':' .. a, expire_at, 'GT')
+  end
+end
