@@ -68,3 +68,62 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert report.duplicated == 0, f"not refused ({refusal!r}): {report.summary()}"
     assert "has no record of" in refusal and tmp_checkpoint in refusal, refusal
+
+
+@pytest.mark.kafka
+@pytest.mark.redis
+@pytest.mark.parametrize("first_one_pass", [False, True], ids=["two-step-then-one-pass",
+                                                               "one-pass-then-two-step"])
+def test_switching_forms_mid_batch_with_an_event_time_column_is_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
+        tmp_path: Any, first_one_pass: bool) -> None:
+    """``dedup run`` with dedup.event_time_column set: batch 1 checkpointed and partly
+    committed by one form (sink.one_pass), finished by the other from the same
+    checkpoint. One pass hands the sink the event-time column beside key, value and ID,
+    two steps do not; the replay of the stalled partition's checkpoint must not be
+    refused for a column the sink does not read (issue 33, finding 3)."""
+    import time
+
+    from dedup.cli.pipeline import Addresses, start_query
+    from dedup.failpoints import arm, fired
+    from tests.integration.sinks.pipeline import check_exact, fill_input, wait_for
+
+    faults = str(tmp_path / "faults")
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=400, duplicates=40)
+    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+
+    def pipeline(one_pass: bool) -> Any:
+        return parse_pipeline(
+            f'app_id = "{app_id}"\n'
+            f'[source]\ntype = "kafka"\ntopics = ["{topics.source}"]\n'
+            'max_offsets_per_trigger = 150\n'
+            '[ids]\nstrategy = "key"\n'
+            '[dedup]\nnum_shards = 8\nevent_time_column = "timestamp"\n'
+            f'[sink]\ntopic = "{topics.out}"\nvalue_column = "value"\n'
+            f'one_pass = {str(one_pass).lower()}\n'
+            '[run]\ntrigger_seconds = 1\n')
+
+    # Partition 3 of batch 1 stalls after its sink checkpoint, before its Kafka commit;
+    # the other partitions commit.
+    arm(faults, "sink.after_checkpoint", "sleep", match={"batch": 1, "partition": 3},
+        seconds=30)
+    first = start_query(spark, pipeline(first_one_pass), addresses, tmp_checkpoint,
+                        fail_point_dir=faults)
+    try:
+        assert wait_for(lambda: bool(fired(faults, "sink.after_checkpoint")), timeout=120), \
+            "the stalled fail-point never fired"
+        time.sleep(4.0)  # partitions 0-2 of batch 1 finish their commits
+    finally:
+        first.stop()
+    partial = check_exact(kafka_bootstrap, topics.out, expected)
+    assert partial.lost > 0 and (partial.duplicated, partial.phantoms) == (0, 0), \
+        partial.summary()
+    second = start_query(spark, pipeline(not first_one_pass), addresses, tmp_checkpoint)
+    try:
+        second.processAllAvailable()
+    finally:
+        second.stop()
+    assert second.exception() is None, second.exception()
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), report.summary()
+    assert report.ok and report.open_transactions == 0, report.summary()
