@@ -90,6 +90,91 @@ def process_alive(pid: int | None) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+SERVICE_COMMANDS = {"redis": "redis-server", "kafka": "kafka.Kafka"}
+"""The word of each service's command line that an old record is checked against
+(``redis-server`` retitles itself ``redis-server 127.0.0.1:<port>``; the broker
+runs ``java ... kafka.Kafka server.properties``)."""
+
+
+def process_identity(pid: int | None) -> dict[str, Any] | None:
+    """What tells process ``pid`` apart from any later process given the same pid.
+
+    Parameters
+    ----------
+    pid:
+        Process id.
+
+    Returns
+    -------
+    dict or None
+        ``{"boot_id": ..., "start_ticks": ...}``: the kernel's boot id
+        (``/proc/sys/kernel/random/boot_id``, new at every boot) and the start
+        time of the process in clock ticks after boot (field 22 of
+        ``/proc/<pid>/stat``). A pid can be reused, within one boot or after a
+        reboot, but not with both the same. ``None`` when the process is gone,
+        a zombie, or ``/proc`` cannot be read.
+    """
+    if not process_alive(pid):
+        return None
+    try:
+        boot_id = _BOOT_ID.read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The fields after the last ")" start at field 3 (the state): field 22 is the 20th.
+    fields = stat.rsplit(")", 1)[1].split()
+    try:
+        return {"boot_id": boot_id, "start_ticks": int(fields[19])}
+    except (IndexError, ValueError):
+        return None
+
+
+def _runs_command(pid: int, command: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    # redis-server rewrites its argv into one space-separated title: split on both.
+    words = cmdline.replace(b"\0", b" ").decode(errors="replace").split()
+    return any(word == command or word.rsplit("/", 1)[-1] == command for word in words)
+
+
+def recorded_process(pid: Any, identity: Any, command: str) -> str:
+    """Whether the process a services record names still runs, and is still that process.
+
+    Parameters
+    ----------
+    pid:
+        The recorded pid (anything: a record is read from a file).
+    identity:
+        The recorded :func:`process_identity`, or ``None`` for a record written
+        before identities were recorded.
+    command:
+        The service's word of :data:`SERVICE_COMMANDS` (``redis-server``, ``kafka.Kafka``).
+
+    Returns
+    -------
+    str
+        ``"running"``: the recorded process runs, it may be signalled;
+        ``"gone"``: no process has that pid (or no pid is recorded);
+        ``"reused"``: a process runs under that pid but is not the recorded
+        one (a reboot or pid wrap-around gave the pid to another process), or
+        it cannot be told that it is: it must not be signalled.
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or not process_alive(pid):
+        return "gone"
+    if isinstance(identity, dict):
+        return "running" if process_identity(pid) == {
+            "boot_id": identity.get("boot_id"), "start_ticks": identity.get("start_ticks"),
+        } else "reused"
+    # An old record carries the pid alone: it is trusted only while the process
+    # runs the service's command. Conservative, not exact: a redis-server or a
+    # broker started by hand that reused the pid would still pass for ours.
+    return "running" if _runs_command(pid, command) else "reused"
+
+
 def _die_with_parent() -> None:
     # Runs in the child between fork and exec: if the Python process that
     # started the service dies (even by SIGKILL), the kernel kills the service,
@@ -196,8 +281,11 @@ class _Process:
             return "(no log)"
 
     def signal(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.popen.pid, sig)
+        # Not once the child is reaped (poll() may have done it): its pid is free
+        # for any other process then.
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.popen.pid, sig)
 
     def stop(self, timeout: float) -> None:
         if not self.alive():

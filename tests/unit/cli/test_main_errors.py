@@ -11,6 +11,7 @@ import pytest
 
 from dedup.cli.main import EXIT_CONFIG, EXIT_RUNTIME, main
 from dedup.exceptions import ConfigError
+from dedup.local.services import process_identity
 
 
 def _closed_port() -> int:
@@ -99,7 +100,10 @@ def test_services_status_reads_the_state_file(tmp_path: Path,
     state = tmp_path / "cache" / "services" / "state.json"
     state.parent.mkdir(parents=True)
     state.write_text(json.dumps({
-        "redis": {"url": "redis://127.0.0.1:7/0", "pid": os.getpid()},
+        # A live pid is running only with the identity `up` records beside it
+        # (without it, the process must run redis-server: this one does not).
+        "redis": {"url": "redis://127.0.0.1:7/0", "pid": os.getpid(),
+                  "identity": process_identity(os.getpid())},
         "kafka": {"bootstrap": "127.0.0.1:9", "pid": 2**22 + 12345},
     }))
     assert main(["services", "status"]) == 3
