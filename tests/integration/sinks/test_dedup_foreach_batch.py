@@ -16,6 +16,7 @@ from tests.integration.sinks.pipeline import (
     fill_input,
     kafka_stream,
     read_output,
+    resend_copies,
     sink_options,
 )
 
@@ -142,3 +143,58 @@ def test_fused_invalid_ids_reach_the_dead_letter_topic(
     metrics = front.last_metrics  # of the second file: "a" again, "", "d"
     assert metrics is not None
     assert (metrics.kept, metrics.invalid_ids, metrics.duplicates_catalog) == (1, 1, 1)
+
+
+def test_a_fixed_query_id_reused_after_a_reset_is_refused_before_it_claims(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_path: Path) -> None:
+    """Issue 33, finding 2. One pass under a fixed option ``query.id`` whose checkpoint
+    is reset: the new life's batch 0 must be refused before it claims anything, so that
+    following the refusal's advice literally (a new ``query.id``, the same new
+    checkpoint) writes every record the old life did not: the refusal used to come from
+    the sink's marker check after the claims were recorded, and the new query id then
+    dropped the batch's new records as seen."""
+    from confluent_kafka import Producer
+
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    config = DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url), num_shards=4,
+                         lease_seconds=2)
+    fixed = {**sink_options(kafka_bootstrap, topics, app_id, redis_url),
+             "query.id": f"{app_id}-q"}
+    first = DedupKafkaForeachBatch(config, fixed, num_partitions=3)
+    done = _run(first.write_stream(_stream(spark, kafka_bootstrap, topics.source)),
+                str(tmp_path / "checkpoint-1"))
+    assert done.exception() is None, done.exception()
+    first.release()
+    assert check_exact(kafka_bootstrap, topics.out, expected).ok
+    # New input (60 new IDs) and re-sent copies of earlier records, then a checkpoint
+    # reset that keeps query.id: the new life reads everything in its batch 0.
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    more = {f"new-{i:05d}": f"new-value-{i}".encode() for i in range(60)}
+    for i, (key, value) in enumerate(more.items()):
+        producer.produce(topics.source, key=key.encode(), value=value, partition=i % 2)
+    assert producer.flush(30) == 0
+    resend_copies(kafka_bootstrap, topics.source)
+    reset = str(tmp_path / "checkpoint-2")
+    second = DedupKafkaForeachBatch(config, fixed, num_partitions=3)
+    refused = _run(second.write_stream(_stream(spark, kafka_bootstrap, topics.source,
+                                               per_trigger=100_000)), reset)
+    second.release()
+    assert refused.exception() is not None, "the reused query.id was not refused"
+    assert "new option query.id" in str(refused.exception()), refused.exception()
+    partial = check_exact(kafka_bootstrap, topics.out, {**expected, **more})
+    assert (partial.lost, partial.duplicated, partial.phantoms) == (len(more), 0, 0), \
+        partial.summary()
+    # The advice, literally: a new option query.id (the reset checkpoint stays). The
+    # first query id's app lease (2 s, never released by a fixed-id query) lapses first.
+    import time
+
+    time.sleep(2.5)
+    renamed = DedupKafkaForeachBatch(config, {**fixed, "query.id": f"{app_id}-q2"},
+                                     num_partitions=3)
+    final = _run(renamed.write_stream(_stream(spark, kafka_bootstrap, topics.source,
+                                              per_trigger=100_000)), reset)
+    renamed.release()
+    assert final.exception() is None, final.exception()
+    report = check_exact(kafka_bootstrap, topics.out, {**expected, **more})
+    assert report.ok and report.open_transactions == 0, report.summary()
