@@ -32,6 +32,11 @@ def _as_arrow(items: Iterable[Any], columns: list[str]) -> Iterable[Any]:
     return iter_rows_as_batches(chained, columns)
 
 
+READ_COLUMNS = ("value", "key", "topic", "partition", "headers")
+"""The input columns the sink makes records of (:func:`sinks.records.to_records`), besides
+the record ID column."""
+
+
 def _run_id() -> str:
     """The streaming query run of the calling Spark task ('' outside one): Spark runs
     each micro-batch's jobs under the job group of the run id, new at every start."""
@@ -53,22 +58,28 @@ def _normal_type(arrow_type: Any) -> str:
 
 
 def check_replay_schema(stored: list[Any], current: list[Any], columns: list[str],
-                        batch: int, partition: int) -> None:
-    """Refuse to replay a checkpoint whose columns differ from this attempt's input.
+                        batch: int, partition: int, record_id_column: str) -> None:
+    """Refuse to replay a checkpoint whose columns the sink reads differ from this
+    attempt's input.
 
     The Arrow IPC checkpoint carries its schema. When the code between the
     source and the sink changed after the first attempt stored it (a crash,
     a deploy, the restart), the stored rows no longer fit the input layout
     computed on the driver, and emitting them would write wrong keys, values
-    or topics. Pure.
+    or topics. Only the columns the sink reads (:data:`READ_COLUMNS` and the
+    record ID column) are compared: the records are made from those alone, so
+    a column it ignores (the event-time column that the one-pass form of
+    ``dedup run`` carries and the two-step form does not) cannot make the
+    replay emit other records. Pure.
     """
     if not stored:
         return  # the first attempt had no rows: nothing is replayed
-    old = {f.name: _normal_type(f.type) for f in stored[0].schema}
+    read = {*READ_COLUMNS, record_id_column}
+    old = {f.name: _normal_type(f.type) for f in stored[0].schema if f.name in read}
     if current:
-        new = {f.name: _normal_type(f.type) for f in current[0].schema}
+        new = {f.name: _normal_type(f.type) for f in current[0].schema if f.name in read}
     else:  # no rows this time: only the names are known
-        new = {name: old.get(name, "?") for name in columns}
+        new = {name: old.get(name, "?") for name in columns if name in read}
     differ = sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))
     if differ:
         detail = ", ".join(f"{name} ({old.get(name, 'absent')} in the checkpoint, "
@@ -125,7 +136,8 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
         # Test-only mutant (dedup.failpoints): the retry emits its recomputation.
         if not won and not mutant_on("strong_productions_off", config.fail_point_dir):
             old = decode_batches(stored)
-            check_replay_schema(old, arrow, columns, batch, partition)
+            check_replay_schema(old, arrow, columns, batch, partition,
+                                config.record_id_column)
             arrow, replayed = old, True
     with clock("convert"):
         records, dead = to_records(arrow, config, layout, batch, partition)
