@@ -546,6 +546,18 @@ class RedisCatalog:
             return bool(client.hexists(query_apps_key(query_id), app)) or \
                 bool(client.hexists(queries_key(app), query_id))
 
+    def committed_batch(self, query_id: str) -> int | None:
+        """The last batch of streaming query ``query_id`` recorded as committed under
+        this app id (:meth:`commit_progress`), or None. Read-only, safe to repeat.
+
+        A query about to run a batch below it is not the query that committed it:
+        its query id was reused (a fixed id with a reset checkpoint location).
+        """
+        client, _ = client_and_scripts(self.config.redis)
+        with redis_errors(self.config.redis, "looking up a streaming query"):
+            raw = client.hget(queries_key(self.config.app_id), query_id)
+        return None if raw is None else int(raw)
+
     def join_query(self, query_id: str, batch: int, strict: bool = False) -> None:
         """Record that this app id deduplicates ``query_id`` from ``batch`` on. Safe to
         repeat (one round trip per process and query).

@@ -26,7 +26,7 @@ from typing import Any
 from dedup.config import DedupConfig, InvalidIdPolicy
 from dedup.metrics import DedupMetrics
 from dedup.operator import Deduplicator
-from sinks.exceptions import SinkConfigError
+from sinks.exceptions import QueryIdReusedError, SinkConfigError
 from sinks.foreach_batch import WRITTEN_SCHEMA, ExactlyOnceKafkaForeachBatch
 
 # Hidden columns computed in the streaming plan (so the batch timestamp is the
@@ -98,6 +98,7 @@ class DedupKafkaForeachBatch:
         step_config: DedupConfig = plan.step_config
         columns = [c for c in df.columns if c not in HIDDEN]
         layout, _, query_id, batch = self.sink.begin_batch(df.select(*columns), batch_id)
+        self._refuse_reused_query_id(query_id, batch)
         sink_config = self.sink.config
         self._hold_lease(df, query_id)
 
@@ -151,6 +152,24 @@ class DedupKafkaForeachBatch:
         counts here, by the ``batchId`` of its progress reports.
         """
         return self._recent.get(batch_id)
+
+    def _refuse_reused_query_id(self, query_id: str, batch: int) -> None:
+        """Refuse a batch below one the query id already committed, before any claim.
+
+        The sink's own check (the batch marker, in each task) comes after the
+        decision: the batch's new IDs would be claimed, then never written, and a
+        query under a new ``query.id`` (the refusal's advice) would drop them as seen.
+        """
+        committed = self.dedup.catalog.committed_batch(query_id)
+        if committed is not None and committed > batch:
+            raise QueryIdReusedError(
+                f"one-pass batch {batch}: the dedup catalog of app id "
+                f"{self.dedup.config.app_id!r} records that query id {query_id!r} already "
+                f"committed batch {committed}: the query id was reused (a reset or new "
+                "checkpoint location, or two queries with one id). Give this query a new "
+                "option query.id (it then writes every record the earlier query did not), "
+                "or restore the old checkpoint location; nothing of this batch was claimed "
+                "or written")
 
     def _hold_lease(self, df: Any, query_id: str) -> None:
         """Keep the dedup app id's lease while the query idles, release it when the
