@@ -17,7 +17,7 @@ import pytest
 
 from dedup import DedupConfig, RedisCatalog, RedisConfig, ReplicaAckError, ShardClaimer
 from dedup.bloom import FilterCache
-from dedup.catalog import decisions_key, state_key
+from dedup.catalog import decisions_key, queries_key, query_apps_key, state_key
 from dedup.local.redis_cluster import LocalRedisCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis, pytest.mark.cluster]
@@ -83,6 +83,44 @@ def test_claim_waits_for_the_replica_of_its_own_primary(
     # the retry of the batch, once the replica is back, decides the same
     assert claimer.claim("q", 0, 0, ["y"], "q").kept == {"y"}
     catalog.release("q")
+
+
+def test_a_querys_records_wait_for_the_replica_of_their_own_primary(
+        redis_cluster: LocalRedisCluster) -> None:
+    """Issue 33, finding 4. The query's records (the app ids that joined it, its last
+    committed batch) hash to slots of their own ({query}, {app}), often on another
+    primary than the claimed shard, whose WAIT does not cover them: lost in a failover,
+    every later claim of the query would be refused as run against another Redis. Each
+    must be acknowledged by its own primary's replica, or fail closed."""
+    app = f"rq-{uuid.uuid4().hex[:8]}"
+    cfg = _config(redis_cluster, app, replica_timeout=1.0, failover_wait=0)
+    catalog = RedisCatalog(cfg)
+    catalog.check_setup()
+    claimer = ShardClaimer(cfg, catalog, FilterCache())
+    shard_primary = redis_cluster.primary_port_for_key(state_key(app, 0))
+    query = next(q for q in (f"q-{uuid.uuid4().hex[:12]}" for _ in range(1000))
+                 if redis_cluster.primary_port_for_key(query_apps_key(q)) != shard_primary)
+    record_primary = redis_cluster.primary_port_for_key(query_apps_key(query))
+    frozen = redis_cluster.node(redis_cluster.layout()[record_primary][0]).pid
+    assert frozen is not None
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        with pytest.raises(ReplicaAckError, match="0 of 1 replicas"):
+            claimer.claim(query, 0, 0, ["x"], query)
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    assert claimer.claim(query, 0, 0, ["x"], query).kept == {"x"}  # the retry, acknowledged
+    progress_primary = redis_cluster.primary_port_for_key(queries_key(app))
+    frozen = redis_cluster.node(redis_cluster.layout()[progress_primary][0]).pid
+    assert frozen is not None
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        with pytest.raises(ReplicaAckError, match="0 of 1 replicas"):
+            catalog.commit_progress(query, 0)
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    catalog.commit_progress(query, 0)
+    catalog.release(query)
 
 
 def test_failover_keeps_every_acknowledged_claim(redis_cluster: LocalRedisCluster) -> None:
