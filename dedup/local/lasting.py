@@ -3,6 +3,10 @@
 Their addresses and pids go to a JSON state file under
 ``<cache>/services/state.json`` (:func:`dedup.local.paths.cache_dir`), which
 ``dedup run``, ``dedup verify`` and ``dedup txn`` read when no address is given.
+Beside each pid goes the identity of the process started under it (boot id and
+start time, :func:`~dedup.local.services.process_identity`): after a reboot or a
+pid wrap-around the pid may name an unrelated process, which is then neither
+taken for the service nor signalled (:func:`~dedup.local.services.recorded_process`).
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from typing import Any
 from dedup.exceptions import ServiceError
 from dedup.local.paths import cache_dir, kafka_broker_jars
 from dedup.local.services import (
+    SERVICE_COMMANDS,
     KafkaBroker,
     RedisServer,
     java_binary,
-    process_alive,
+    process_identity,
+    recorded_process,
     redis_server_binary,
 )
 
@@ -127,6 +133,48 @@ def _recorded_ports(name: str, entry: dict[str, Any], labels: dict[str, str]) ->
     return ports
 
 
+def _running(name: str, entry: Any) -> bool:
+    """Whether the process recorded for service ``name`` runs and is the one ``up`` started."""
+    if not isinstance(entry, dict):
+        return False
+    return recorded_process(entry.get("pid"), entry.get("identity"),
+                            SERVICE_COMMANDS[name]) == "running"
+
+
+def _forget_reused_pids(state: dict[str, Any], say: Any) -> set[str]:
+    """Drop from ``state`` (and its file) each pid that now names another process.
+
+    After a reboot (or a pid wrap-around) a recorded pid may belong to an
+    unrelated process: ``down`` would signal it, ``up`` and ``status`` would take
+    it for the service. It is reported, left alone and forgotten; the ports and
+    data folder of the record are kept. A record written before identities were
+    recorded is checked against the service's command line instead. Returns the
+    names of the services so reported.
+    """
+    reused = set()
+    for name, command in SERVICE_COMMANDS.items():
+        entry = state.get(name)
+        if not isinstance(entry, dict) or "pid" not in entry:
+            continue
+        if recorded_process(entry["pid"], entry.get("identity"), command) == "reused":
+            say(f"{name} already gone (pid reused by another process): pid {entry['pid']} "
+                f"left alone, removed from {state_path()}")
+            del entry["pid"]
+            entry.pop("identity", None)
+            reused.add(name)
+    if reused:
+        _write_state(state)
+    return reused
+
+
+def _with_pid(entry: dict[str, Any], pid: int | None) -> dict[str, Any]:
+    """``entry`` recording ``pid`` and, when ``/proc`` tells it, that process's identity."""
+    identity = process_identity(pid)
+    # Without an identity (the process is already gone, or /proc is unreadable)
+    # the record is checked against the service's command line, as an old one.
+    return {**entry, "pid": pid, **({"identity": identity} if identity else {})}
+
+
 def _start(service: Any) -> Any:
     """``service.start()``; a service that fails to get ready is stopped, not left behind."""
     try:
@@ -142,8 +190,8 @@ def service_addresses() -> tuple[str | None, str | None]:
     state = read_state()
     redis = state.get("redis", {})
     kafka = state.get("kafka", {})
-    return (redis.get("url") if process_alive(redis.get("pid")) else None,
-            kafka.get("bootstrap") if process_alive(kafka.get("pid")) else None)
+    return (redis.get("url") if _running("redis", redis) else None,
+            kafka.get("bootstrap") if _running("kafka", kafka) else None)
 
 
 def services_up(say: Any = print) -> dict[str, Any]:
@@ -153,7 +201,9 @@ def services_up(say: Any = print) -> dict[str, Any]:
     its data: after a crash those ports may linger for about a minute, so it
     waits up to :data:`PORT_WAIT_SECONDS` for them. Never picks new ports for a
     recorded service and never deletes its data (only ``services_down(purge=True)``
-    does).
+    does). A recorded pid that now names another process is reported, left alone
+    and forgotten (the service is started again); each pid started is recorded
+    with its process's identity.
 
     Parameters
     ----------
@@ -172,17 +222,20 @@ def services_up(say: Any = print) -> dict[str, Any]:
         service did not start (it is stopped again).
     """
     state = read_state()
+    _forget_reused_pids(state, say)
     base = services_dir()
     # What each service to start needs, checked before either starts: a machine
     # without set-up is refused with nothing left running.
-    if not process_alive(state.get("redis", {}).get("pid")):
+    if not _running("redis", state.get("redis")):
         redis_server_binary()
-    if not process_alive(state.get("kafka", {}).get("pid")):
+    if not _running("kafka", state.get("kafka")):
         java_binary()
         kafka_broker_jars()
     redis_state = state.get("redis", {})
-    if process_alive(redis_state.get("pid")):
+    if _running("redis", redis_state):
         say(f"redis already running: {redis_state['url']} (pid {redis_state['pid']})")
+        if "identity" not in redis_state:  # recorded before identities were
+            redis_state = _with_pid(redis_state, redis_state["pid"])
     else:
         ports = _recorded_ports("redis", redis_state, {"port": "port"})
         _await_ports("redis", ports, say, PORT_WAIT_SECONDS)
@@ -193,13 +246,15 @@ def services_up(say: Any = print) -> dict[str, Any]:
         state["redis"] = {"url": redis.url, "port": redis.port, "data_dir": str(redis.data_dir)}
         _write_state(state)
         _start(redis)
-        redis_state = {**state["redis"], "pid": redis.pid}
+        redis_state = _with_pid(state["redis"], redis.pid)
         say(f"redis started: {redis.url} (pid {redis.pid}, AOF always)")
     state["redis"] = redis_state
     _write_state(state)
     kafka_state = state.get("kafka", {})
-    if process_alive(kafka_state.get("pid")):
+    if _running("kafka", kafka_state):
         say(f"kafka already running: {kafka_state['bootstrap']} (pid {kafka_state['pid']})")
+        if "identity" not in kafka_state:
+            kafka_state = _with_pid(kafka_state, kafka_state["pid"])
     else:
         ports = _recorded_ports("kafka", kafka_state, {"port": "listener port",
                                                        "controller_port": "controller port"})
@@ -218,7 +273,7 @@ def services_up(say: Any = print) -> dict[str, Any]:
         _write_state(state)
         say("starting kafka (about 10-30 s)...")
         _start(broker)
-        kafka_state = {**state["kafka"], "pid": broker.pid}
+        kafka_state = _with_pid(state["kafka"], broker.pid)
         say(f"kafka started: {broker.bootstrap_servers} (pid {broker.pid})")
     state["kafka"] = kafka_state
     state["updated_at"] = time.time()
@@ -227,20 +282,35 @@ def services_up(say: Any = print) -> dict[str, Any]:
     return state
 
 
-def _stop_pid(pid: int, timeout: float = STOP_TIMEOUT) -> None:
+def _stop_pid(name: str, entry: dict[str, Any], timeout: float | None = None) -> None:
+    """Stop the process recorded for ``name``: SIGTERM, then SIGKILL after ``timeout``.
+
+    Each signal goes out only while the pid still names the recorded process:
+    one that exited during the wait may have left its pid to another process.
+    ``timeout`` defaults to :data:`STOP_TIMEOUT`.
+    """
+    pid = int(entry["pid"])
+
+    def running() -> bool:
+        return _running(name, entry)
+
+    if not running():
+        return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + (STOP_TIMEOUT if timeout is None else timeout)
     while time.monotonic() < deadline:
-        if not process_alive(pid):
+        if not running():
             return
         time.sleep(0.2)
+    if not running():
+        return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while process_alive(pid) and time.monotonic() < deadline:
+    while running() and time.monotonic() < deadline:
         time.sleep(0.1)
-    if process_alive(pid):
+    if running():
         raise ServiceError(f"process {pid} survived SIGKILL; stop it by hand")
 
 
@@ -257,6 +327,9 @@ def services_down(say: Any = print, purge: bool = False) -> None:
         afresh on new ports. Without it, data and ports are kept for the next
         ``up``.
 
+    A recorded pid that now names another process is reported, left alone and
+    forgotten.
+
     Raises
     ------
     ServiceError
@@ -267,15 +340,17 @@ def services_down(say: Any = print, purge: bool = False) -> None:
     if not state:
         say("no services were started (no state file)")
         return
+    reused = _forget_reused_pids(state, say)
     # Kafka first: it may still write transaction markers while Redis is up.
     for name in ("kafka", "redis"):
-        pid = state.get(name, {}).get("pid")
-        if process_alive(pid):
-            _stop_pid(int(pid))
-            say(f"{name} stopped (pid {pid})")
-        else:
+        entry = state.get(name, {})
+        if _running(name, entry):
+            _stop_pid(name, entry)
+            say(f"{name} stopped (pid {entry['pid']})")
+        elif name not in reused:
             say(f"{name} not running")
-        state.get(name, {}).pop("pid", None)
+        entry.pop("pid", None)
+        entry.pop("identity", None)
     _write_state(state)
     folders = {name: state[name].get("data_dir") for name in ("kafka", "redis")
                if isinstance(state.get(name), dict)}
@@ -307,12 +382,16 @@ def services_down(say: Any = print, purge: bool = False) -> None:
     _write_state(state)
 
 
-def services_status() -> list[tuple[str, str, int | None, bool]]:
-    """``(name, address, pid, running)`` per service."""
+def services_status(say: Any = print) -> list[tuple[str, str, int | None, bool]]:
+    """``(name, address, pid, running)`` per service.
+
+    A recorded pid that now names another process is reported to ``say``, left
+    alone and forgotten (its row has no pid and is not running).
+    """
     state = read_state()
+    _forget_reused_pids(state, say)
     rows = []
     for name, key in (("redis", "url"), ("kafka", "bootstrap")):
         entry = state.get(name, {})
-        rows.append((name, str(entry.get(key, "-")), entry.get("pid"),
-                     process_alive(entry.get("pid"))))
+        rows.append((name, str(entry.get(key, "-")), entry.get("pid"), _running(name, entry)))
     return rows

@@ -154,26 +154,37 @@ def test_up_records_who_it_started_and_restarts_over_a_reused_pid(
 ) -> None:
     # The reused pid must not pass for a running redis (up would then start none
     # and take the stranger for it); what up starts gets its identity recorded.
+    # The servers are stand-ins: a `redis-server 60` sleep is what up "starts".
     stranger = _sleeper(children)
-    started = _sleeper(children, argv0="redis-server")
-    _record(redis={"pid": stranger})
-    seen: list[Any] = []
+    kafka = _sleeper(children, argv0="kafka.Kafka")
+    _record(redis={"pid": stranger},
+            kafka={"pid": kafka,
+                   "identity": {"boot_id": _boot_id(), "start_ticks": _start_ticks(kafka)}})
+    started: list[int] = []
 
-    def fake_up(say: Any) -> dict[str, Any]:
-        state = services.read_state()
-        seen.append(state["redis"].get("pid"))
-        state["redis"]["pid"] = started
-        state["kafka"]["pid"] = started
-        services.state_path().write_text(json.dumps(state))
-        return state
+    class FakeRedis:
+        def __init__(self, data_dir: Path, port: int | None = None, **_: Any) -> None:
+            self.data_dir, self.port = data_dir, port
+            self.pid: int | None = None
+            self.url = f"redis://127.0.0.1:{port}/0"
 
-    monkeypatch.setattr(services, "services_up", fake_up)
+        def start(self) -> FakeRedis:
+            pid = _sleeper(children, argv0="redis-server")
+            started.append(pid)
+            self.pid = pid
+            return self
+
+    monkeypatch.setattr(services, "redis_server_binary", lambda: "redis-server")
+    monkeypatch.setattr(services, "port_bindable", lambda port: True)
+    monkeypatch.setattr(services, "RedisServer", FakeRedis)
     assert main(["services", "up"]) == 0
-    assert seen == [None]
-    assert f"redis {REUSED}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"redis {REUSED}" in out, out
+    assert f"kafka already running: 127.0.0.1:9092 (pid {kafka})" in out, out
+    (pid,) = started
     entry = services.read_state()["redis"]
-    assert entry["pid"] == started
-    assert entry["identity"] == {"boot_id": _boot_id(), "start_ticks": _start_ticks(started)}
+    assert entry["pid"] == pid and entry["port"] == 6390
+    assert entry["identity"] == {"boot_id": _boot_id(), "start_ticks": _start_ticks(pid)}
     assert _alive(stranger, children)
 
 
