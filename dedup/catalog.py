@@ -96,6 +96,13 @@ def ack_key(app_id: str, shard: int) -> str:
     return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:ack"
 
 
+def slot_ack_key(key: str) -> str:
+    """A key in the slot of ``key`` (same hash tag) that an acknowledged write sets
+    before its ``WAIT``, so the ``WAIT`` covers the write even when the write itself
+    changed nothing (a record that an unacknowledged attempt already made)."""
+    return key.rpartition(":")[0] + ":ack"
+
+
 def meta_key(app_id: str) -> str:
     return f"{KEY_PREFIX}:{{{app_id}}}:meta"
 
@@ -489,11 +496,39 @@ class RedisCatalog:
         client, scripts = client_and_scripts(self.config.redis)
 
         app = self.config.app_id
-        calls = [(queries_key(app), lambda pipe: pipe.hset(queries_key(app), query_id,
-                                                           committed_batch))]
-        calls += self._gc_calls(scripts, query_id, committed_batch)
-        with redis_errors(self.config.redis, "recording a committed batch"):
-            return sum(int(x) for x in _pipelined(client, calls)[1:])
+        self._acknowledged(None, queries_key(app), [query_id, committed_batch],
+                           f"the committed batch {committed_batch} of streaming query "
+                           f"{query_id}")
+        calls = self._gc_calls(scripts, query_id, committed_batch)
+        with redis_errors(self.config.redis, "collecting decisions"):
+            return sum(int(x) for x in _pipelined(client, calls))
+
+    def _acknowledged(self, script: str | None, key: str, args: list[Any], what: str) -> Any:
+        """Run ``script`` on ``key`` (None: ``HSET key *args``) and, when claims wait
+        for replicas, ``WAIT`` for them on the primary of ``key``; the script's reply.
+
+        A query's records hash to slots of their own ({query}, {app}): on a Redis
+        Cluster often another primary than the claimed shard's, whose ``WAIT`` does not
+        cover them. Lost in a failover, every later claim of the query would be refused
+        as run against another Redis. Raises :class:`ReplicaAckError` when too few
+        replicas hold the write (it is safe to repeat)."""
+        cfg = self.config
+        client, scripts = client_and_scripts(cfg.redis)
+        required = self.required_replicas()
+        with redis_errors(cfg.redis, what), _topology_refreshed_on_error(client):
+            node = client_for_key(client, key)
+            pipe = node.pipeline(transaction=False)
+            if script is None:
+                pipe.hset(key, *args)
+            else:
+                scripts[script](keys=[key], args=args, client=pipe)
+            if required:
+                pipe.set(slot_ack_key(key), what, px=60_000)
+                pipe.wait(required, int(cfg.redis.replica_timeout * 1000))
+            replies = pipe.execute()
+        if required:
+            self._check_acked(int(replies[-1]), required, what)
+        return replies[0]
 
     def _gc_calls(self, scripts: Mapping[str, Any], query_id: str,
                   before_batch: int) -> list[tuple[str, Any]]:
@@ -580,12 +615,12 @@ class RedisCatalog:
         seen = (self.config.redis.url, app, query_id)
         if seen in _JOINED:
             return
-        what = "recording the query's app id"
-        reply = self._run("join", [query_apps_key(query_id)], [app, batch, int(strict)],
-                          what)
+        what = f"the record of streaming query {query_id}"
+        key = query_apps_key(query_id)
+        reply = self._acknowledged("join", key, [app, batch, int(strict)], what)
         if int(reply[0]) == 2:
             self._await_query_record(query_id, batch)
-            reply = self._run("join", [query_apps_key(query_id)], [app, batch, 0], what)
+            reply = self._acknowledged("join", key, [app, batch, 0], what)
         if int(reply[0]) != 1:
             other, first = _text(reply[1]), int(reply[2])
             raise SettingChangedError(

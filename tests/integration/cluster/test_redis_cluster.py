@@ -71,18 +71,21 @@ def test_claim_waits_for_the_replica_of_its_own_primary(
     # a shard on another primary, whose replica keeps running
     other = next(s for s in range(SHARDS)
                  if redis_cluster.primary_port_for_key(state_key(app, s)) != primary)
+    # a query whose own record (its joined app ids) lives on another primary too
+    q = next(q for q in (f"q-{uuid.uuid4().hex[:12]}" for _ in range(1000))
+             if redis_cluster.primary_port_for_key(query_apps_key(q)) != primary)
     frozen = redis_cluster.node(replica).pid
     assert frozen is not None
     os.kill(frozen, signal.SIGSTOP)
     try:
-        assert claimer.claim("q", 0, other, ["x"], "q").kept == {"x"}
+        assert claimer.claim(q, 0, other, ["x"], q).kept == {"x"}
         with pytest.raises(ReplicaAckError, match="0 of 1 replicas"):
-            claimer.claim("q", 0, 0, ["y"], "q")
+            claimer.claim(q, 0, 0, ["y"], q)
     finally:
         os.kill(frozen, signal.SIGCONT)
     # the retry of the batch, once the replica is back, decides the same
-    assert claimer.claim("q", 0, 0, ["y"], "q").kept == {"y"}
-    catalog.release("q")
+    assert claimer.claim(q, 0, 0, ["y"], q).kept == {"y"}
+    catalog.release(q)
 
 
 def test_a_querys_records_wait_for_the_replica_of_their_own_primary(
