@@ -127,3 +127,41 @@ def test_switching_forms_mid_batch_with_an_event_time_column_is_exact(
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), report.summary()
     assert report.ok and report.open_transactions == 0, report.summary()
+
+
+@pytest.mark.kafka
+@pytest.mark.redis
+def test_one_pass_with_a_fixed_query_id_resumes_from_its_checkpoint(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
+        tmp_path: Any) -> None:
+    """``dedup run`` in one pass with ``query.id`` in ``[sink.options]``: the catalog
+    records the fixed id, so the resume check must look for that id, not Spark's query
+    id from the checkpoint (it refused every resume as "another Redis", whose advice, a
+    new checkpoint, then led into the reused-query-id refusal; issue 33, finding 2)."""
+    from dedup.cli.pipeline import Addresses, start_query
+    from tests.integration.sinks.pipeline import check_exact, fill_input, resend_copies
+
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=120, duplicates=0)
+    pipeline = parse_pipeline(
+        f'app_id = "{app_id}"\n'
+        f'[source]\ntype = "kafka"\ntopics = ["{topics.source}"]\n'
+        'max_offsets_per_trigger = 60\n'
+        '[ids]\nstrategy = "key"\n[dedup]\nnum_shards = 2\n'
+        f'[sink]\ntopic = "{topics.out}"\nvalue_column = "value"\none_pass = true\n'
+        f'[sink.options]\n"query.id" = "{app_id}-fixed"\n')
+    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+
+    def run() -> None:
+        query = start_query(spark, pipeline, addresses, tmp_checkpoint)
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        assert query.exception() is None, query.exception()
+
+    run()
+    assert check_exact(kafka_bootstrap, topics.out, expected).ok
+    resend_copies(kafka_bootstrap, topics.source)  # the first 30 records again
+    run()  # the resume from the same checkpoint and the same Redis
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
