@@ -278,6 +278,10 @@ def check_catalog_knows(pipeline: PipelineFile, redis_url: str, checkpoint: str)
     from dedup.exceptions import SettingChangedError
 
     query_id, last = history
+    sink = pipeline.table("sink")
+    fixed = sink["options"].get("query.id")
+    if sink["one_pass"] and fixed:
+        query_id = str(fixed)  # one pass claims and records under the fixed id
     if RedisCatalog(dedup_config(pipeline, redis_url)).knows_query(query_id):
         return
     raise SettingChangedError(
