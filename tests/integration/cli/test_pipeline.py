@@ -68,6 +68,11 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert report.duplicated == 0, f"not refused ({refusal!r}): {report.summary()}"
     assert "has no record of" in refusal and tmp_checkpoint in refusal, refusal
+    # The advice, literally: "Point redis.url at the Redis the query used".
+    assert "Point redis.url at the Redis the query used" in refusal, refusal
+    run(redis_url)
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
 
 
 @pytest.mark.kafka

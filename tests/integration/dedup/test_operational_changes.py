@@ -326,6 +326,12 @@ def test_a_renamed_app_id_on_the_same_checkpoint_is_refused(
     assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), report.summary()
     assert f"app id '{renamed}' joins streaming query" in refusal, refusal[:2000]
     assert f"deduplicated with app id '{app_id}' since batch 0" in refusal, refusal[:2000]
+    # The advice, literally: "Restore app_id '<old>'" (the checkpoint kept).
+    assert f"Restore app_id '{app_id}'" in refusal, refusal[:2000]
+    run_to_end(build_stream(spark, kafka_bootstrap, topics, app_id, redis_url), options,
+               tmp_checkpoint)
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
 
 
 @pytest.mark.kafka
@@ -369,6 +375,13 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
     assert (report.lost, report.duplicated, report.phantoms) == (0, 0, 0), \
         f"not refused ({refusal[:300]!r}): {report.summary()}"
     assert "has no record of streaming query" in refusal, refusal[-2000:]
+    # The advice, literally: "Point the dedup config's Redis URL at the Redis the query
+    # used" (the checkpoint kept); the re-sent copies are then caught.
+    assert "Point the dedup config's Redis URL at the Redis the query used" in refusal, \
+        refusal[-2000:]
+    run(redis_url)
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
 
 
 @pytest.mark.kafka

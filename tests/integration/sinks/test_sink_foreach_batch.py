@@ -73,8 +73,18 @@ def test_a_fixed_query_id_reused_after_a_checkpoint_reset_is_refused(
     report = check_exact(kafka_bootstrap, topics.out, {**expected, **more})
     assert second.exception() is not None, (
         f"the reused query_id was not refused; output: {report.summary()}")
-    assert "query.id" in str(second.exception())
+    assert "Give this query a new option query.id" in str(second.exception())
     assert check_exact(kafka_bootstrap, topics.out, expected).ok  # nothing of the new input
+    # The advice, literally: a new option query.id (the reset checkpoint kept).
+    sink.release()
+    renamed = ExactlyOnceKafkaForeachBatch({**options, "query.id": "orders-renamed"})
+    third = run_foreach_batch(
+        build_stream(spark, kafka_bootstrap, later, f"{app_id}-2", redis_url),
+        renamed, str(tmp_path / "checkpoint-2"))
+    renamed.release()
+    assert third.exception() is None, third.exception()
+    report = check_exact(kafka_bootstrap, topics.out, {**expected, **more})
+    assert report.ok and report.open_transactions == 0, report.summary()
 
 
 def test_a_failed_query_restarted_in_the_same_process_with_a_new_sink_is_exact(
