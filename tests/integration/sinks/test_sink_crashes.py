@@ -99,3 +99,69 @@ def test_stop_and_restart_from_checkpoint(spark: Any, kafka_bootstrap: str, redi
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert (report.lost, report.duplicated) == (0, 0), report.summary()
     assert report.ok, report.summary()
+
+
+def test_a_code_change_before_a_replay_is_refused_and_its_advice_ends_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
+        tmp_path: Path) -> None:
+    """Issue 33, item 4: batch 1 partition 0 is checkpointed but not committed when the
+    query stops; it restarts with code that changes the sink's columns (``key``
+    dropped). The replay is refused (``CheckpointSchemaError``), and its advice, taken
+    literally: restore the previous code until the batch is committed, then deploy the
+    change. The output is then exact, also for input the changed code writes."""
+    from confluent_kafka import Producer
+
+    sinks.register(spark)
+    faults = str(tmp_path / "faults")
+    arm(faults, "sink.after_checkpoint", "sleep", match={"batch": 1, "partition": 0},
+        seconds=30)
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    options = sink_options(kafka_bootstrap, topics, app_id, redis_url, faults)
+
+    def start(changed: bool) -> Any:
+        df = build_stream(spark, kafka_bootstrap, topics, app_id, redis_url,
+                          transform=(lambda d: d.drop("key")) if changed else None)
+        return (df.writeStream.format("exactly_once_kafka").options(**options)
+                .option("checkpointLocation", tmp_checkpoint)
+                .trigger(availableNow=True).start())
+
+    first = start(changed=False)
+    try:
+        assert wait_for(lambda: bool(fired(faults, "sink.after_checkpoint")), timeout=120), \
+            "the stalled fail-point never fired"
+        time.sleep(3.0)  # the other partitions of batch 1 commit
+    finally:
+        first.stop()
+    partial = check_exact(kafka_bootstrap, topics.out, expected)
+    assert partial.lost > 0 and (partial.duplicated, partial.phantoms) == (0, 0), \
+        partial.summary()
+    changed = start(changed=True)
+    try:
+        changed.awaitTermination(150)
+    except Exception:  # the refusal fails the query; inspected below
+        pass
+    finally:
+        if changed.isActive:
+            changed.stop()
+    refusal = str(changed.exception())
+    assert "CheckpointSchemaError" in refusal and "batch 1 partition 0" in refusal, refusal
+    assert "restore the previous code until this batch is committed" in refusal, refusal
+    refused = check_exact(kafka_bootstrap, topics.out, expected)
+    assert (refused.duplicated, refused.phantoms) == (0, 0), refused.summary()
+    # The advice: the previous code until batch 1 is committed ...
+    restored = start(changed=False)
+    assert restored.awaitTermination(150), "the restored code did not finish"
+    assert restored.exception() is None, restored.exception()
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
+    # ... then the change deployed: new input goes through the changed code.
+    more = {f"more-{i:03d}": f"more-value-{i}".encode() for i in range(30)}
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for key, value in more.items():
+        producer.produce(topics.source, key=key.encode(), value=value)
+    assert producer.flush(30) == 0
+    deployed = start(changed=True)
+    assert deployed.awaitTermination(150), "the changed code did not finish"
+    assert deployed.exception() is None, deployed.exception()
+    report = check_exact(kafka_bootstrap, topics.out, {**expected, **more})
+    assert report.ok and report.open_transactions == 0, report.summary()
