@@ -1,4 +1,4 @@
-"""README's Python examples stay valid: they parse, and the names they use exist."""
+"""README's and the docs' Python examples stay valid: they parse, the names they use exist."""
 
 from __future__ import annotations
 
@@ -9,15 +9,22 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+# The front page, every docs page and the changelog: an example moved out of
+# README keeps being checked where it went.
+PAGES = [README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCKS = [(page, block) for page in PAGES if page.exists()
+          for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)]
 
 
 def test_readme_has_a_python_example() -> None:
-    assert BLOCKS, "README.md lost its ```python example"
+    assert any(page == README for page, _ in BLOCKS), "README.md lost its ```python example"
 
 
-@pytest.mark.parametrize("source", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+@pytest.mark.parametrize(
+    "source", [block for _, block in BLOCKS],
+    ids=[f"{page.relative_to(ROOT)}:block{i}" for i, (page, _) in enumerate(BLOCKS)])
 def test_example_parses_and_its_names_exist(source: str) -> None:
     tree = ast.parse(source)  # a SyntaxError fails the test, with the block's line
     modules: dict[str, object] = {}
