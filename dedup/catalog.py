@@ -63,7 +63,6 @@ from dedup.exceptions import (
     UnsafeSettingError,
 )
 from dedup.failover import ride_out_failover
-from dedup.failpoints import mutant_on
 from dedup.redis_nodes import client_for_key, is_cluster, node_clients, refresh_topology
 
 log = logging.getLogger(__name__)
@@ -774,10 +773,6 @@ class RedisCatalog:
                         "the batch (make the source replayable); replaying it would drop IDs "
                         "that were never claimed"
                     )
-            if mutant_on("claim_not_idempotent", cfg.fail_points.directory):
-                # Test-only mutant (dedup.failpoints): the retry finds its own IDs
-                # claimed and counts them as seen.
-                return ClaimReply.replayed([])
             return ClaimReply.replayed(split_digests(rest))
         if status == "CATCHUP":
             epoch, version, token = _text(reply[1]), int(_text(reply[2])), _text(reply[4])

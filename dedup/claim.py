@@ -18,7 +18,6 @@ import numpy as np
 from dedup.bloom import WORKER_FILTERS, FilterCache, ShardFilter
 from dedup.catalog import ClaimReply, RedisCatalog, Snapshot, id_digests
 from dedup.config import DedupConfig
-from dedup.failpoints import mutant_on
 
 
 class Catalog(Protocol):
@@ -140,7 +139,7 @@ class ShardClaimer:
             keep = np.fromiter((key in kept_ids for key in keys.tolist()), dtype=bool,
                                count=len(keys))
         else:
-            keep = np.zeros(len(keys), dtype=bool)  # IDs never sent stay dropped (mutant)
+            keep = np.zeros(len(keys), dtype=bool)  # IDs never sent stay dropped
             keep[sent[:len(reply.keep)]] = reply.keep
         if bf is not None and not reply.replay:
             kept_positions = positions[keep] if positions is not None else None
@@ -163,10 +162,6 @@ class ShardClaimer:
         sent = np.concatenate([np.flatnonzero(~hit), np.flatnonzero(hit)])
         n_negatives = len(keys) - int(hit.sum())
         positives = keys[sent[n_negatives:]].tolist()
-        if positives and mutant_on("stale_bloom_trusted", self.config.fail_points.directory):
-            # Test-only mutant (dedup.failpoints): "maybe seen" is taken as seen,
-            # so the catalog never judges the filter's hits.
-            positives = []
         return _Split(hit, positions, sent, keys[sent[:n_negatives]].tolist(), positives)
 
     def _catch_up(self, bf: ShardFilter, shard: int, reply: ClaimReply, now: float,

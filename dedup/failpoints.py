@@ -38,15 +38,6 @@ Names used by the toolkit:
     After producing and the marker, before ``commit_transaction``.
 ``sink.after_commit``
     After the Kafka commit, before the task returns (so before Spark's commit).
-
-Mutants (test-only). A file ``<directory>/mutant-<name>`` switches on a
-deliberately broken variant of the toolkit (:data:`KNOWN_MUTANTS`), so the
-chaos matrix can show that its checks fail when the guarantee is broken
-(``python -m benchmarks.chaos --mutants``). :func:`mutant_on` is the one
-switch: it needs a fail-point folder (never set in production) and the file
-in it, and is read once per process and folder; without a folder it costs
-one attribute test and one environment lookup. Never create such a file
-outside a test.
 """
 
 from __future__ import annotations
@@ -74,23 +65,6 @@ KNOWN_FAIL_POINTS = (
     "sink.before_commit",
     "sink.after_commit",
 )
-
-
-KNOWN_MUTANTS: dict[str, str] = {
-    "marker_ignored": "the sink ignores its batch marker and re-commits a committed batch",
-    "claim_not_idempotent": "a retried claim of a (batch, shard) treats the batch's own "
-                            "IDs as already seen",
-    "no_fencing": "a fresh transactional id per task attempt: older writers are never fenced",
-    "strong_productions_off": "a sink retry emits its recomputed rows, not the checkpoint",
-    "stale_bloom_trusted": "a Bloom filter's 'maybe seen' is trusted without the catalog",
-    "decisions_gc_early": "a batch's decisions are collected right after its claim, before "
-                          "Spark committed it",
-    "late_policy_wall_clock": "late records are judged by the wall clock, not the batch clock",
-    "checkpoint_per_attempt": "sink checkpoints keyed by task attempt, not (batch, partition)",
-}
-"""Deliberately broken variants, each a small branch at the place the mistake would be made."""
-
-_MUTANTS: dict[tuple[str, str], bool] = {}  # (folder, name) -> on, cached per process
 
 
 def _folder(directory: str | None) -> str | None:
@@ -188,35 +162,6 @@ def clock_offset(name: str, directory: str | None = None, **context: Any) -> flo
     record.write_text(json.dumps({**spec, "context": {k: str(v) for k, v in context.items()},
                                   "pid": os.getpid(), "time": time.time()}))
     return seconds
-
-
-def mutant_on(name: str, directory: str | None = None) -> bool:
-    """Whether the test-only mutant ``name`` is switched on (see the module). Never in
-    production: it needs a fail-point folder holding the file ``mutant-<name>``.
-
-    Read once per process and folder (a chaos run arms its mutant before it starts
-    and uses a fresh folder per run). Safe to repeat; raises :class:`ConfigError`
-    only as :func:`fail_point` does (two environment variables, two folders).
-    """
-    folder = _folder(directory)
-    if not folder:
-        return False
-    key = (folder, name)
-    found = _MUTANTS.get(key)
-    if found is None:
-        found = _MUTANTS[key] = (Path(folder) / f"mutant-{name}").is_file()
-    return found
-
-
-def arm_mutant(directory: str | Path, name: str) -> Path:
-    """Switch the mutant ``name`` on in ``directory``; returns its file. Tests only."""
-    if name not in KNOWN_MUTANTS:
-        raise ValueError(f"unknown mutant {name!r}; known: {', '.join(KNOWN_MUTANTS)}")
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"mutant-{name}"
-    path.write_text(KNOWN_MUTANTS[name] + "\n")
-    return path
 
 
 def arm(directory: str | Path, name: str, action: str = "raise",

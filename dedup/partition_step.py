@@ -24,11 +24,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dedup.catalog import RedisCatalog
 from dedup.claim import ShardClaimer
 from dedup.config import DedupConfig, InvalidIdPolicy, LatePolicy
 from dedup.exceptions import RecordIdError
-from dedup.failpoints import clock_offset, fail_point, mutant_on
+from dedup.failpoints import clock_offset, fail_point
 from dedup.ids import MAX_ID_LENGTH
 from dedup.metrics import (
     BLOOM_POSITIVES,
@@ -135,10 +134,7 @@ def decide_partition(config: DedupConfig, ids: Sequence[Any] | np.ndarray, shard
         raise_for_problems(config, problems, query_id, batch_id)
     shards = np.asarray(shards, dtype=np.int64)
     status = np.full(n, DUP_IN_BATCH, dtype=np.int8)
-    mutants = config.fail_points.directory
-    # Test-only mutant (dedup.failpoints): lateness by the wall clock of this attempt.
-    late = late_mask(config, event_seconds,
-                     time.time() if mutant_on("late_policy_wall_clock", mutants) else now)
+    late = late_mask(config, event_seconds, now)
     eligible = ~invalid
     if late is not None and config.retention.late_policy == LatePolicy.DROP:
         status[late & eligible] = LATE_DROPPED
@@ -159,10 +155,6 @@ def decide_partition(config: DedupConfig, ids: Sequence[Any] | np.ndarray, shard
         shard = int(shards[group_rows[0]])
         outcome = claimer.claim(query_id, batch_id, shard, keys[group_rows], lease_owner, now,
                                 strict)
-        if batch_id.isdigit() and mutant_on("decisions_gc_early", mutants):
-            # Test-only mutant (dedup.failpoints): the batch being claimed counted as
-            # committed, its decisions collected before Spark committed it.
-            RedisCatalog(config).collect_garbage(query_id, int(batch_id) + 1)
         fail_point("dedup.after_claim", config.fail_points.directory, batch=batch_id,
                    shard=shard, partition=partition, query=query_id, rows=len(group_rows))
         status[group_rows[outcome.keep]] = KEPT

@@ -48,7 +48,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from dedup.constants import RECORD_ID_HEADER
-from dedup.failpoints import fail_point, mutant_on
+from dedup.failpoints import fail_point
 from sinks.checkpoint import CheckpointStore
 from sinks.config import SinkConfig
 from sinks.exceptions import (
@@ -161,12 +161,6 @@ def get_producer(config: SinkConfig, partition: int) -> tuple[Producer, bool]:
     if producer is not None:
         return producer, False
     settings = config.producer_settings(partition)
-    if mutant_on("no_fencing", config.fail_point_dir):
-        # Test-only mutant (dedup.failpoints): a fresh id per producer, so its
-        # init_transactions() fences no earlier writer of the partition.
-        import uuid
-
-        settings["transactional.id"] = f"{txn_id}.{uuid.uuid4().hex[:8]}"
     producer = Producer({**settings, "logger": CLIENT_LOG})
     try:
         # Two metadata round trips first: librdkafka sends its first coordinator
@@ -399,17 +393,14 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         # is in Spark's commit log. A marker further ahead was written by
         # another life of this query id, and skipping would drop this batch.
         raise _reused(config, query_id, batch, partition, next_batch - 1)
-    # Test-only mutant (dedup.failpoints): the marker and its Redis copy are ignored.
-    ignore_marker = mutant_on("marker_ignored", config.fail_point_dir)
-    if marker_qid == query_id and next_batch == batch + 1 and not ignore_marker:
+    if marker_qid == query_id and next_batch == batch + 1:
         return True, 0
     # The marker copy lives beside the checkpoints: strong productions only (weak
     # productions promise not to touch Redis).
     store = (CheckpointStore.for_config(config)
              if config.strong_productions and config.redis is not None else None)
     # Not the usual "previous batch done": Kafka's marker may have expired.
-    if store is not None and not ignore_marker and not (marker_qid == query_id
-                                                        and next_batch == batch):
+    if store is not None and not (marker_qid == query_id and next_batch == batch):
         with clock("marker_copy"):
             done = _committed_per_redis(store, query_id, batch, partition, config, records,
                                         marker_qid)

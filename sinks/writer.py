@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from dedup.failpoints import fail_point, mutant_on
+from dedup.failpoints import fail_point
 from dedup.worker_imports import keep_static_archive_caches
 from sinks.checkpoint import CheckpointStore, decode_batches, encode_batches
 from sinks.config import SinkConfig
@@ -114,16 +114,12 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
         store = CheckpointStore.for_config(config)
         # The checkpoint is the Arrow input as received (cheap: no per-row
         # work); the Kafka records derive from it deterministically.
-        # Test-only mutant (dedup.failpoints): keyed per task attempt, a retry
-        # never finds the first attempt's checkpoint.
-        owner = (f"{query_id}:attempt{attempt}"
-                 if mutant_on("checkpoint_per_attempt", config.fail_point_dir) else query_id)
         with clock("checkpoint"):
             run_id = _run_id()
             if run_id:  # before anything of the batch is written (none outside a query)
                 store.join_query(query_id, run_id, batch, config.topic or "",
                                  cluster_id(config))
-            stored, won = store.put_if_absent(owner, batch, partition,
+            stored, won = store.put_if_absent(query_id, batch, partition,
                                               encode_batches(arrow))
         # A checkpoint left under this key by an earlier life of a reused
         # query_id (foreachBatch option) is never emitted: such leftovers are of
@@ -133,8 +129,7 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
         # batch + 1) at its first batch with rows in a partition, long before it
         # reaches the leftover's batch. Not distinguishable: an old life that
         # committed only batch 0, whose marker equals a re-run of batch 0's.
-        # Test-only mutant (dedup.failpoints): the retry emits its recomputation.
-        if not won and not mutant_on("strong_productions_off", config.fail_point_dir):
+        if not won:
             old = decode_batches(stored)
             check_replay_schema(old, arrow, columns, batch, partition,
                                 config.record_id_column)
@@ -150,5 +145,5 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
         if store is not None and won:
             # Refused before anything was produced: this query must not come back
             # to a checkpoint it was never allowed to write (it was created above).
-            store.delete(owner, batch, partition)
+            store.delete(query_id, batch, partition)
         raise

@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                              "and --report-only)")
     args = parser.parse_args(argv)
     if args.mutants:
+        from benchmarks.chaos.mutant_patches import KNOWN_MUTANTS
         from benchmarks.chaos.mutants import run_matrix
-        from dedup.failpoints import KNOWN_MUTANTS
 
         names = [] if args.mutants == "all" else [n for n in args.mutants.split(",") if n]
         unknown_mutants = set(names) - set(KNOWN_MUTANTS)

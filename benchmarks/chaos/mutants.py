@@ -1,8 +1,10 @@
 """The mutant matrix: the chaos checks must fail on a toolkit that is not exactly-once.
 
-Each mutant (:data:`dedup.failpoints.KNOWN_MUTANTS`) is a deliberately broken
-variant of the toolkit, switched on for one run by a file in that run's
-fail-point folder (:func:`dedup.failpoints.mutant_on`). For each mutant,
+Each mutant (:data:`benchmarks.chaos.mutant_patches.KNOWN_MUTANTS`) is a deliberately
+broken variant of the toolkit, patched into every process of a run from
+:mod:`benchmarks.chaos.mutant_patches` and switched on for one run by a file in
+that run's fail-point folder (:func:`~benchmarks.chaos.mutant_patches.mutant_on`;
+the run's ``mutant_hits`` evidence names the processes where it acted). For each mutant,
 :data:`PLANS` names the fault kind (and fail-point) that should expose it, the
 pipeline variant its runs need, and the check expected to catch it. A mutant is
 *caught* when at least one of its runs fails the normal check of the chaos
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.chaos.mutant_patches import KNOWN_MUTANTS
 from benchmarks.chaos.runner import (
     ROWS,
     ROWS_PER_BATCH,
@@ -35,7 +38,7 @@ from benchmarks.chaos.runner import (
     pipeline_text,
     run_schedule,
 )
-from dedup.failpoints import KNOWN_MUTANTS, arm
+from dedup.failpoints import arm
 
 VARIANTS: dict[str, str] = {
     "nondeterministic": "user code between dedup and the sink that differs per task attempt: "

@@ -49,7 +49,7 @@ from benchmarks.chaos.faults import (
     wait_fired,
 )
 from dedup.constants import RECORD_ID_HEADER
-from dedup.failpoints import arm, arm_mutant, resume
+from dedup.failpoints import arm, resume
 from dedup.local.services import KafkaBroker, RedisServer, process_alive
 from sinks.kafka_io import consume_all, ensure_topic
 from sinks.verify import verify_topic
@@ -86,7 +86,7 @@ class RunSpec:
     seed: int
     batch: int
     point: str
-    # test-only broken variant switched on for the run (dedup.failpoints.KNOWN_MUTANTS)
+    # broken variant switched on for the run (benchmarks.chaos.mutant_patches.KNOWN_MUTANTS)
     mutant: str = ""
     # pipeline variant of the run (benchmarks.chaos.mutants.VARIANTS), "" the plain one
     variant: str = ""
@@ -156,6 +156,13 @@ class ChaosEnv:
     """The services every run shares (Redis x2, Kafka) and the long-lived SparkSession."""
 
     def __init__(self, workdir: Path, spark: Any = None) -> None:
+        from benchmarks.chaos.mutant_patches import enable_in_workers
+
+        # The mutants' wrappers, here and in every process started from here on (the
+        # SparkSession's JVM and Python workers, `dedup run` children): each acts only
+        # when its run armed it. A given ``spark`` must have been started after it
+        # (tests/chaos/conftest.py): see check_mutants_reach_workers.
+        enable_in_workers()
         self.workdir = workdir
         self._owns_spark = spark is None
         self.redis = {
@@ -192,6 +199,18 @@ class ChaosEnv:
             self._spark = local_spark_session("dedup-chaos", master="local[2,4]",
                                               shuffle_partitions=4)
         return self._spark
+
+    def check_mutants_reach_workers(self) -> None:
+        """Raise unless this SparkSession's Python workers install the mutants' wrappers
+        (a session started before :func:`~benchmarks.chaos.mutant_patches.enable_in_workers`
+        never does: its mutant runs would test the unbroken toolkit)."""
+        from benchmarks.chaos.mutant_patches import WORKER_SITE, workers_patched
+
+        if self._spark is not None and not workers_patched(self._spark):
+            raise RuntimeError(f"the SparkSession's Python workers do not start with "
+                               f"{WORKER_SITE} on PYTHONPATH, so no mutant reaches them: "
+                               "start the session after benchmarks.chaos.mutant_patches."
+                               "enable_in_workers() (tests/chaos/conftest.py does)")
 
     def stop(self) -> None:
         if self._spark is not None and self._owns_spark:
@@ -362,6 +381,9 @@ class Run:
         self.fp_dir = self.dir / "failpoints"
         self.fp_dir.mkdir(parents=True, exist_ok=True)
         if spec.mutant:  # before anything starts: every process reads it once
+            from benchmarks.chaos.mutant_patches import arm_mutant
+
+            env.check_mutants_reach_workers()
             arm_mutant(self.fp_dir, spec.mutant)
         self.checkpoint = str(self.dir / "checkpoint")
         self.redis = (env.redis_cluster if spec.kind == "redis_primary_kill" else
@@ -740,6 +762,10 @@ def run_one(env: ChaosEnv, spec: RunSpec) -> RunResult:
     if spec.kind in {"txn_timeout", "redis_unreachable"}:
         run.fault.confirmed = _confirm_extra(run)
     _classify_errors(run, result)
+    if spec.mutant:  # the processes in which its broken branch was taken
+        from benchmarks.chaos.mutant_patches import mutant_hits
+
+        run.fault.evidence["mutant_hits"] = mutant_hits(run.fp_dir).get(spec.mutant, [])
     options = SyntheticOptions(seed=spec.seed, rows_per_batch=ROWS_PER_BATCH, total_rows=ROWS,
                                duplicate_rate=0.9 if spec.kind == "dup90_tiny_bloom" else 0.2,
                                duplicate_distance="later_batches", duplicate_gap_batches=3,

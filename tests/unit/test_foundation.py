@@ -18,7 +18,7 @@ from dedup.config import (
     redact_url,
 )
 from dedup.exceptions import ConfigError, DedupError, InjectedFault
-from dedup.failpoints import KNOWN_MUTANTS, arm, arm_mutant, fail_point, fired, mutant_on
+from dedup.failpoints import arm, fail_point, fired
 from dedup.local.paths import _artifact
 
 
@@ -155,22 +155,6 @@ def test_clock_skew_fail_point_stays_armed_from_its_batch_on(tmp_path: Path) -> 
 def test_unknown_fail_point_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown fail-point"):
         arm(tmp_path, "nowhere")
-
-
-def test_mutant_is_off_without_a_folder_and_on_with_its_file(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("DEDUP_FAILPOINT_DIR", raising=False)
-    monkeypatch.delenv("DEDUP_FAIL_POINT_DIR", raising=False)
-    assert not any(mutant_on(name) for name in KNOWN_MUTANTS)
-    assert not mutant_on("marker_ignored", str(tmp_path))  # a folder, but no file
-    armed = tmp_path / "armed"
-    arm_mutant(armed, "marker_ignored")
-    assert mutant_on("marker_ignored", str(armed))
-    assert not mutant_on("no_fencing", str(armed))  # only the named one
-    monkeypatch.setenv("DEDUP_FAIL_POINT_DIR", str(armed))  # how `dedup run` children get it
-    assert mutant_on("marker_ignored")
-    with pytest.raises(ValueError, match="unknown mutant"):
-        arm_mutant(armed, "everything_off")
 
 
 def test_jar_artifact_names() -> None:

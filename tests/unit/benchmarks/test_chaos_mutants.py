@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from benchmarks.chaos.faults import FAULT_KINDS, FaultOutcome
+from benchmarks.chaos.mutant_patches import KNOWN_MUTANTS
 from benchmarks.chaos.mutants import PLANS, VARIANTS, caught_by, figures, markdown, schedule
 from benchmarks.chaos.runner import RunResult, RunSpec
-from dedup.failpoints import KNOWN_MUTANTS
 
 
 def _result(spec: RunSpec, **report: int) -> RunResult:
