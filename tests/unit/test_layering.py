@@ -67,3 +67,48 @@ def test_the_rule_sees_a_forbidden_import(tmp_path: Path, module: str) -> None:
     (tmp_path / "dedup" / "probe.py").write_text(f"def f() -> None:\n    import {module}\n")
     (tmp_path / "dedup" / "cli" / "ok.py").write_text(f"import {module}\n")
     assert _violations(tmp_path) == [f"dedup/probe.py:2: core imports {module}"]
+
+
+PRODUCT = ("dedup", "sinks")
+"""The packages whose code makes the exactly-once guarantee."""
+
+
+def _mutant_lines(root: Path = ROOT) -> list[str]:
+    """Lines in the product's files that mention a mutant (any case), as ``grep -rni``.
+
+    The deliberately broken variants that prove the chaos checks can fail, and
+    their switches, live in benchmarks/chaos/mutant_patches.py and are patched in
+    from there; the product keeps only its documented fail-points.
+    """
+    out = []
+    for package in PRODUCT:
+        for path in sorted((root / package).rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            try:
+                text = path.read_text()
+            except (UnicodeDecodeError, OSError):
+                continue
+            out += [f"{path.relative_to(root)}:{number}: {line.strip()}"
+                    for number, line in enumerate(text.splitlines(), 1)
+                    if "mutant" in line.lower()]
+    return out
+
+
+def test_no_mutant_in_the_product() -> None:
+    found = _mutant_lines()
+    assert not found, ("mutants belong in benchmarks/chaos/mutant_patches.py, not in the "
+                       "product:\n" + "\n".join(found))
+
+
+def test_the_rule_sees_a_mutant_in_the_product(tmp_path: Path) -> None:
+    """The check itself can fail: a branch, a comment or a data file naming one."""
+    (tmp_path / "dedup").mkdir()
+    (tmp_path / "sinks" / "lua").mkdir(parents=True)
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "dedup" / "ok.py").write_text("x = 1\n")
+    (tmp_path / "dedup" / "step.py").write_text("x = 1\nif mutant_on('x'):\n    pass\n")
+    (tmp_path / "sinks" / "lua" / "claim.lua").write_text("-- a Mutant was here\n")
+    (tmp_path / "benchmarks" / "mutants.py").write_text("mutant = 1\n")  # allowed there
+    assert _mutant_lines(tmp_path) == ["dedup/step.py:2: if mutant_on('x'):",
+                                       "sinks/lua/claim.lua:1: -- a Mutant was here"]
