@@ -81,8 +81,15 @@ def test_changed_session_shuffle_partitions_reuse_the_recorded_count(
 def test_explicit_other_partition_count_is_refused(spark: Any, redis_url: str,
                                                    app_id: str) -> None:
     Deduplicator(config(app_id, redis_url), num_partitions=4).apply(small_frame(spark))
-    with pytest.raises(ConfigError, match=r"num_partitions.*recorded 4.*now 2"):
+    with pytest.raises(ConfigError, match=r"num_partitions.*recorded 4.*now 2") as refusal:
         Deduplicator(config(app_id, redis_url), num_partitions=2).apply(small_frame(spark))
+    # The advice, literally: "pass num_partitions=4 (or leave it unset to reuse it)".
+    assert "pass num_partitions=4 (or leave it unset to reuse it)" in str(refusal.value)
+    for told, kept in ((4, 40), (None, 0)):  # the first run's plan never ran: 40 new IDs
+        again = Deduplicator(config(app_id, redis_url), num_partitions=told)
+        frame = again.apply(small_frame(spark))
+        assert exchange_partitions(frame) == [4]
+        assert frame.count() == kept
 
 
 def test_changed_bucket_width_is_refused(spark: Any, redis_url: str, app_id: str) -> None:
