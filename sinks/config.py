@@ -26,6 +26,8 @@ DEFAULT_MARKER_TOPIC = "__dedup_markers"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 DEFAULT_MAX_BATCH_DURATION_MS = 60_000
 DEFAULT_LEASE_MS = 60_000
+DEFAULT_PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
+"""librdkafka's default ``message.max.bytes``."""
 
 _SECRET_WORDS = ("password", "secret", "token", "oauthbearer.config", "ssl.key.pem",
                  "ssl.keystore", "sasl.jaas")
@@ -275,6 +277,9 @@ class SinkConfig:
                 f"options {', '.join('kafka.' + b for b in bad)} are Java client settings; "
                 "this sink writes the key and value columns as bytes: remove them"
             )
+        if self.max_message_bytes < 1:
+            raise SinkConfigError(f"option kafka.message.max.bytes must be >= 1, not "
+                                  f"{self.max_message_bytes}")
         if self.transaction_timeout_ms < self.max_batch_duration_ms:
             raise UnsafeSinkSettingError(
                 f"kafka.transaction.timeout.ms={self.transaction_timeout_ms} is shorter than "
@@ -294,6 +299,27 @@ class SinkConfig:
             raise SinkConfigError(
                 f"option kafka.transaction.timeout.ms={raw!r} must be an integer"
             ) from exc
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The producer's ``message.max.bytes`` (librdkafka's default when unset): the
+        largest record it sends, to any topic."""
+        raw = self.producer_config.get("message.max.bytes", DEFAULT_PRODUCER_MAX_MESSAGE_BYTES)
+        try:
+            return int(raw)
+        except (TypeError, ValueError) as exc:
+            raise SinkConfigError(
+                f"option kafka.message.max.bytes={raw!r} must be an integer"
+            ) from exc
+
+    @property
+    def compresses(self) -> bool:
+        """Whether the producer compresses (``compression.type`` or ``compression.codec``
+        set and not ``none``): a topic's ``max.message.bytes`` then bounds compressed
+        batches, which only the broker measures."""
+        codec = self.producer_config.get("compression.type",
+                                         self.producer_config.get("compression.codec", "none"))
+        return str(codec).strip().lower() not in ("", "none")
 
     @property
     def identity(self) -> str:

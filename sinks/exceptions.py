@@ -76,6 +76,17 @@ class SinkRecordError(SinkError, ValueError):
     """A record cannot be written (null record ID, no topic) and no dead-letter topic is set."""
 
 
+class RecordTooLargeError(SinkRecordError):
+    """A record is larger than its topic (``max.message.bytes``) or the producer
+    (``message.max.bytes``) takes, and no dead-letter topic takes it either.
+
+    Fatal: every attempt of the batch decides the same; the message names the limits
+    to raise, or the option ``dead.letter.topic``.
+    """
+
+    _fatal = True
+
+
 class CheckpointUnavailableError(SinkError, ConnectionError):
     """The checkpoint store (Redis) could not be reached; the task fails and Spark retries it."""
 

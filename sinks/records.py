@@ -13,14 +13,23 @@ events (add an ID column with ``dedup.with_record_id`` in that case).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from dedup.constants import RECORD_ID_HEADER
 from sinks.config import SinkConfig
-from sinks.exceptions import SinkRecordError, SinkSchemaError
+from sinks.exceptions import RecordTooLargeError, SinkRecordError, SinkSchemaError
 
 ERROR_HEADER = "dedup-sink-error"
+RECORD_FRAMING_BYTES = 61 + 36
+"""A record batch's header (61 bytes) and the most a record's own framing takes (36:
+librdkafka's bound of its varints and attributes). With :func:`record_bytes` an upper
+bound of both checks a record meets: librdkafka's against the producer's
+``message.max.bytes`` when it is produced, and the broker's against the topic's
+``max.message.bytes`` (a batch of one record, uncompressed)."""
+HEADER_FRAMING_BYTES = 10
+"""The two varints of one header, at most."""
 
 
 class OutRecord(NamedTuple):
@@ -43,6 +52,72 @@ class InputLayout:
     has_partition: bool = False
     has_headers: bool = False
     has_record_id: bool = False
+
+
+@dataclass(frozen=True)
+class SizeLimit:
+    """The largest record Kafka takes on one topic, and whose limit that is."""
+
+    topic: str
+    topic_bytes: int | None
+    """The topic's ``max.message.bytes``; None when unknown (not readable) or not
+    checked before sending (a compressing producer: it bounds compressed batches)."""
+    producer_bytes: int
+    """The producer's ``message.max.bytes`` (option ``kafka.message.max.bytes``)."""
+
+    @property
+    def bytes(self) -> int:
+        if self.topic_bytes is None:
+            return self.producer_bytes
+        return min(self.topic_bytes, self.producer_bytes)
+
+    def __str__(self) -> str:
+        topic = "unknown" if self.topic_bytes is None else str(self.topic_bytes)
+        return f"max.message.bytes {topic}, option kafka.message.max.bytes {self.producer_bytes}"
+
+    def raise_to(self, size: int) -> str:
+        """What to raise so that a record of ``size`` bytes fits: '' when it fits."""
+        parts = []
+        if self.topic_bytes is not None and size > self.topic_bytes:
+            parts.append(f"max.message.bytes of topic {self.topic!r} to at least {size} "
+                         f"(now {self.topic_bytes})")
+        if size > self.producer_bytes:
+            parts.append(f"option kafka.message.max.bytes to at least {size} "
+                         f"(now {self.producer_bytes})")
+        return " and ".join(parts)
+
+
+TopicLimits = Callable[[str, bool], SizeLimit]
+"""``limits(topic, fresh)``: the :class:`SizeLimit` of ``topic``, read again from Kafka
+when ``fresh`` (else as known)."""
+
+
+def _headers_bytes(headers: Iterable[tuple[str, bytes | None]]) -> int:
+    return sum(HEADER_FRAMING_BYTES + len(name.encode()) + len(data or b"")
+               for name, data in headers)
+
+
+def record_bytes(key: bytes | None, value: bytes | None,
+                 headers: tuple[tuple[str, bytes | None], ...], record_id: bytes) -> int:
+    """An upper bound of the bytes Kafka counts for a record (framing included, and the
+    record ID header the sink adds), uncompressed. Pure."""
+    return (RECORD_FRAMING_BYTES + len(key or b"") + len(value or b"")
+            + _headers_bytes(((RECORD_ID_HEADER, record_id), *headers)))
+
+
+def _longest(column: list[Any]) -> int:
+    return max(map(len, filter(None, column)), default=0)
+
+
+def _batch_bound(values: list[Any], keys: list[Any], ids: list[Any], headers: list[Any],
+                 layout: InputLayout) -> int:
+    """An upper bound of :func:`record_bytes` over one batch's records (without a record
+    ID column, the derived ID's 32 hex digits)."""
+    extra = (max((_headers_bytes((str(h["key"]), h["value"]) for h in hdrs)
+                  for hdrs in headers if hdrs), default=0) if layout.has_headers else 0)
+    return (RECORD_FRAMING_BYTES + _longest(values) + _longest(keys) + extra
+            + _headers_bytes([(RECORD_ID_HEADER, None)])
+            + (_longest(ids) if layout.has_record_id else 32))
 
 
 def check_schema(schema: Any, config: SinkConfig) -> InputLayout:
@@ -135,15 +210,34 @@ def _column(batch: Any, name: str, present: bool) -> list[Any]:
 
 
 def to_records(batches: Iterable[Any], config: SinkConfig, layout: InputLayout,
-               batch_id: int, partition_id: int) -> tuple[list[OutRecord], list[OutRecord]]:
+               batch_id: int, partition_id: int, limits: TopicLimits | None = None,
+               ) -> tuple[list[OutRecord], list[OutRecord]]:
     """Turn Arrow record batches into ``(records, dead_letters)``.
 
-    A record with a null record ID or no topic goes to the dead-letter topic
-    when one is configured, and otherwise raises :class:`SinkRecordError`
-    naming the column and batch. Nothing is dropped silently.
+    A record with a null record ID or no topic, or (with ``limits``) larger than its
+    topic takes, goes to the dead-letter topic when one is configured, and otherwise
+    raises :class:`SinkRecordError` (:class:`RecordTooLargeError`) naming the record,
+    the batch and the fix. Nothing is dropped silently. The decision depends on the
+    rows, ``config`` and the limits only: every attempt of a batch decides the same
+    while the limits stay. A dead letter larger than the dead-letter topic takes
+    raises :class:`RecordTooLargeError` too.
     """
     records: list[OutRecord] = []
     dead: list[OutRecord] = []
+    known: dict[str, SizeLimit] = {}
+    fresh: set[str] = set()
+
+    def limit_of(topic: str, size: int) -> SizeLimit:
+        """``topic``'s limit; read again, once per call, before it refuses ``size``."""
+        assert limits is not None
+        limit = known.get(topic)
+        if limit is None:
+            limit = known[topic] = limits(topic, False)
+        if size > limit.bytes and topic not in fresh:
+            fresh.add(topic)  # raised since it was read?
+            limit = known[topic] = limits(topic, True)
+        return limit
+
     for batch in batches:
         values = _column(batch, "value", True)
         keys = _column(batch, "key", layout.has_key)
@@ -152,12 +246,19 @@ def to_records(batches: Iterable[Any], config: SinkConfig, layout: InputLayout,
         parts = _column(batch, "partition", layout.has_partition)
         headers = _column(batch, "headers", layout.has_headers)
         ids = _column(batch, config.record_id_column, layout.has_record_id)
+        sized = False  # whether any record of this batch may be too large
+        if limits is not None and batch.num_rows:
+            # One bound for the batch, so that small records cost no per-record sums.
+            bound = _batch_bound(values, keys, ids, headers, layout)
+            targets = {t or config.topic for t in topics}
+            sized = any(bound > limit_of(t, 0).bytes for t in targets if t is not None)
         for value, key, topic, part, hdrs, rid in zip(values, keys, topics, parts, headers,
                                                       ids, strict=True):
             vbytes, kbytes = value, key
             hdr = tuple((str(h["key"]), h["value"]) for h in hdrs) if hdrs else ()
             target = topic or config.topic
             problem = None
+            limit = None
             if target is None:
                 problem = "column 'topic' is null and option topic is not set"
             if layout.has_record_id:
@@ -166,18 +267,50 @@ def to_records(batches: Iterable[Any], config: SinkConfig, layout: InputLayout,
                     problem = f"record ID column {config.record_id_column!r} is null or empty"
             else:
                 rid_bytes = derive_record_id(target or "", kbytes, vbytes)
+            size = 0
+            if sized and problem is None and target is not None:
+                size = record_bytes(kbytes, vbytes, hdr, rid_bytes or b"")
+                limit = limit_of(target, size)
+                if size > limit.bytes:
+                    # No limit in it: the dead letter's size must not change with them.
+                    problem = (f"record of {size} bytes is larger than topic {target!r} takes "
+                               "(its max.message.bytes, or the producer's message.max.bytes)")
             if problem is None:
                 records.append(OutRecord(str(target), part, kbytes, vbytes, hdr,
                                          rid_bytes or b""))
                 continue
-            if config.dead_letter_topic is None:
+            where = f"batch {batch_id}, partition {partition_id}"
+            letter = OutRecord(config.dead_letter_topic or "", None, kbytes, vbytes,
+                               (*hdr, (ERROR_HEADER, problem.encode())), rid_bytes or b"")
+            if limit is not None:  # too large
+                name = (rid_bytes or b"").decode(errors="replace")
+                letter_size = record_bytes(kbytes, vbytes, letter.headers, letter.record_id)
+                if config.dead_letter_topic is None:
+                    raise RecordTooLargeError(
+                        f"record {name!r} ({where}) takes {size} bytes, more than topic "
+                        f"{target!r} takes ({limit}): raise {limit.raise_to(size)}, or set "
+                        "option dead.letter.topic to a topic whose max.message.bytes is at "
+                        f"least {letter_size}"
+                        + (f" (and option kafka.message.max.bytes to at least {letter_size})"
+                           if letter_size > limit.producer_bytes else "")
+                        + ", where such records then go"
+                    )
+            elif config.dead_letter_topic is None:
                 raise SinkRecordError(
-                    f"{problem} (batch {batch_id}, partition {partition_id}): fix the input or "
+                    f"{problem} ({where}): fix the input or "
                     "set option dead.letter.topic to route such records there"
                 )
-            dead.append(OutRecord(config.dead_letter_topic, None, kbytes, vbytes,
-                                  (*hdr, (ERROR_HEADER, problem.encode())),
-                                  rid_bytes or b""))
+            if limits is not None:
+                letter_size = record_bytes(kbytes, vbytes, letter.headers, letter.record_id)
+                dead_limit = limit_of(letter.topic, letter_size)
+                if letter_size > dead_limit.bytes:
+                    name = (rid_bytes or b"").decode(errors="replace")
+                    raise RecordTooLargeError(
+                        f"record {name!r} ({where}) goes to the dead-letter topic "
+                        f"{letter.topic!r} ({problem}), which takes less than its "
+                        f"{letter_size} bytes: raise {dead_limit.raise_to(letter_size)}"
+                    )
+            dead.append(letter)
     return records, dead
 
 

@@ -60,7 +60,7 @@ from sinks.exceptions import (
     QueryIdReusedError,
     TransactionFailedError,
 )
-from sinks.records import OutRecord
+from sinks.records import OutRecord, SizeLimit, TopicLimits
 from sinks.timing import PhaseClock
 
 log = logging.getLogger(__name__)
@@ -228,6 +228,56 @@ def cluster_id(config: SinkConfig) -> str:
             raise _classify(exc, "reading the id of the Kafka cluster") from exc
         known = _CLUSTER_IDS[config.bootstrap_servers] = str(metadata.cluster_id or "")
     return known
+
+
+_TOPIC_LIMITS: dict[tuple[str, str], int | None] = {}
+"""Topics' ``max.message.bytes`` per (bootstrap servers, topic), as this process last
+read them (None: not readable)."""
+
+
+def topic_max_message_bytes(config: SinkConfig, topic: str, fresh: bool = False) -> int | None:
+    """``topic``'s ``max.message.bytes`` (one admin round trip, then kept per process
+    until ``fresh`` or :func:`forget_topic_limits`); None when it cannot be read (no
+    such topic yet, no DescribeConfigs permission, Kafka unreachable): the broker
+    still enforces it, and its refusal makes the retry read it again."""
+    key = (config.bootstrap_servers, topic)
+    if not fresh and key in _TOPIC_LIMITS:
+        return _TOPIC_LIMITS[key]
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    limit: int | None = None
+    try:
+        settings: dict[str, Any] = {**config.client_config(), "logger": CLIENT_LOG}
+        admin = AdminClient(settings)
+        [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+        entry = future.result(CALL_TIMEOUT_S).get("max.message.bytes")
+        if entry is not None and entry.value is not None:
+            limit = int(entry.value)
+    except (KafkaException, ValueError, TimeoutError) as exc:
+        log.warning("could not read max.message.bytes of topic %r (%s): records larger than "
+                    "it are refused by the broker, not sent to dead.letter.topic", topic, exc)
+    _TOPIC_LIMITS[key] = limit
+    return limit
+
+
+def forget_topic_limits(config: SinkConfig) -> None:
+    """Read every topic's limit again at its next use (the broker refused a record)."""
+    for key in [k for k in _TOPIC_LIMITS if k[0] == config.bootstrap_servers]:
+        del _TOPIC_LIMITS[key]
+
+
+def topic_limits(config: SinkConfig) -> TopicLimits:
+    """The :class:`~sinks.records.SizeLimit` of each topic ``config`` writes to: its
+    ``max.message.bytes`` and the producer's ``message.max.bytes``. With a compressing
+    producer the topic's limit bounds compressed batches, which only the broker
+    measures: only the producer's is checked before sending."""
+
+    def limits(topic: str, fresh: bool) -> SizeLimit:
+        topic_bytes = (None if config.compresses
+                       else topic_max_message_bytes(config, topic, fresh))
+        return SizeLimit(topic, topic_bytes, config.max_message_bytes)
+
+    return limits
 
 
 def _marker_consumer(config: SinkConfig, partition: int) -> Consumer:
@@ -617,10 +667,19 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
             except KafkaException as abort_exc:
                 drop_producer(txn_id)
                 raise _classify(abort_exc, f"abort of {txn_id}") from abort_exc
+            too_large = "MSG_SIZE_TOO_LARGE" in str(exc)
+            if too_large:
+                # The sink's own check passed: a lowered limit, or compressed batches.
+                forget_topic_limits(config)
             if attempt >= config.transaction_retries:
                 raise TransactionFailedError(
                     f"batch {batch} partition {partition}: transaction aborted "
                     f"{attempt} times ({exc}); the task fails and Spark retries it"
+                    + ("; the broker refused a record as larger than its topic's "
+                       "max.message.bytes (a limit lowered since the sink read it, which "
+                       "the retry reads again, or with kafka.compression.type set, which "
+                       "bounds compressed batches only the broker measures): raise that "
+                       "topic's max.message.bytes" if too_large else "")
                 ) from exc
             log.warning("aborted transaction of %s (attempt %d): %s", txn_id, attempt, exc)
         except _Fenced as exc:

@@ -17,7 +17,7 @@ from sinks.config import SinkConfig
 from sinks.exceptions import CheckpointSchemaError, OutputNameInUseError
 from sinks.records import InputLayout, iter_rows_as_batches, to_records
 from sinks.timing import PhaseClock
-from sinks.transactions import PartitionResult, cluster_id, write_partition
+from sinks.transactions import PartitionResult, cluster_id, topic_limits, write_partition
 
 
 def _as_arrow(items: Iterable[Any], columns: list[str]) -> Iterable[Any]:
@@ -135,7 +135,8 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
                                 config.record_id_column)
             arrow, replayed = old, True
     with clock("convert"):
-        records, dead = to_records(arrow, config, layout, batch, partition)
+        records, dead = to_records(arrow, config, layout, batch, partition,
+                                   topic_limits(config))
     fail_point("sink.after_checkpoint", config.fail_point_dir, batch=batch,
                partition=partition, attempt=attempt, rows=len(records) + len(dead))
     try:

@@ -11,7 +11,7 @@ import sinks.writer as writer
 from sinks import SinkConfig
 from sinks.checkpoint import CheckpointStore, encode_batches
 from sinks.exceptions import CheckpointStateError, SinkError
-from sinks.records import InputLayout
+from sinks.records import InputLayout, SizeLimit
 
 CONFIG = SinkConfig.from_options({"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out",
                                   "app.id": "app-schema", "redis.url": "redis://127.0.0.1:1/0"})
@@ -32,6 +32,9 @@ def _replay(monkeypatch: pytest.MonkeyPatch, stored: list[Any]) -> list[Any]:
 
     monkeypatch.setattr(CheckpointStore, "put_if_absent", put_if_absent)
     monkeypatch.setattr(writer, "write_partition", write_partition)
+    # No broker to read the topics' max.message.bytes from: Kafka's defaults.
+    monkeypatch.setattr(writer, "topic_limits", lambda config: lambda topic, fresh: SizeLimit(
+        topic, 1_048_588, config.max_message_bytes))
     return emitted
 
 
