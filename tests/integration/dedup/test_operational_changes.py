@@ -96,8 +96,15 @@ def test_changed_bucket_width_is_refused(spark: Any, redis_url: str, app_id: str
     day = RetentionConfig(horizon_seconds=7 * 86400, bucket_seconds=86400)
     hour = RetentionConfig(horizon_seconds=7 * 86400, bucket_seconds=3600)
     Deduplicator(config(app_id, redis_url, retention=day)).apply(small_frame(spark))
-    with pytest.raises(ConfigError, match=r"bucket_seconds.*recorded 86400.*now 3600"):
+    with pytest.raises(ConfigError, match=r"bucket_seconds.*recorded 86400.*now 3600") as no:
         Deduplicator(config(app_id, redis_url, retention=hour)).apply(small_frame(spark))
+    # The advice, literally: "set RetentionConfig(bucket_seconds=86400)".
+    assert "set RetentionConfig(bucket_seconds=86400)" in str(no.value)
+    told = RetentionConfig(horizon_seconds=7 * 86400, bucket_seconds=86400)
+    frame = Deduplicator(config(app_id, redis_url, retention=told)).apply(small_frame(spark))
+    assert frame.count() == 40  # the first plan never ran: every ID is new, kept once
+    again = Deduplicator(config(app_id, redis_url, retention=told)).apply(small_frame(spark))
+    assert again.count() == 0
 
 
 def test_changed_record_id_strategy_is_refused(spark: Any, redis_url: str,
