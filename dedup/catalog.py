@@ -413,7 +413,8 @@ class RedisCatalog:
             raise ShardCountMismatchError(
                 f"app id {self.config.app_id!r} shard {shard} was created with "
                 f"num_shards={int(reply[1])} but this pipeline uses "
-                f"num_shards={self.config.num_shards}: use the recorded count or a new app id"
+                f"num_shards={self.config.num_shards}: use the recorded count, or a new app id "
+                "(an empty catalog: duplicates of the records emitted before then pass)"
             )
         if status == "INUSE":
             owner = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
@@ -930,7 +931,8 @@ class RedisCatalog:
             raise ShardCountMismatchError(
                 f"app id {cfg.app_id!r}: num_shards changed: recorded {recorded['num_shards']}, "
                 f"now {cfg.num_shards}; changing the count would re-shard IDs and let "
-                f"duplicates through: use num_shards={recorded['num_shards']} or a new app id"
+                f"duplicates through: use num_shards={recorded['num_shards']}, or a new app id "
+                "(an empty catalog: duplicates of the records emitted before then pass)"
             )
         recorded["replicas"] = str(self._record_replicas(client, recorded, connected))
         return recorded

@@ -228,7 +228,8 @@ class Deduplicator:
                     label: str = "") -> SettingChangedError:
             return SettingChangedError(
                 f"app id {app!r}: {label or setting} changed: recorded {recorded.get(setting)}, "
-                f"now {new}; {why}: {fix}, or use a new app id"
+                f"now {new}; {why}: {fix}, or use a new app id (an empty catalog: duplicates of "
+                "the records emitted before then pass)"
             )
 
         if recorded.get("placement", PLACEMENT_SCHEME) != PLACEMENT_SCHEME:
@@ -258,7 +259,8 @@ class Deduplicator:
                     f"{explicit}; a sink after the operator keys transactions by partition, "
                     "so a batch retried with another count would lose or repeat records: pass "
                     f"num_partitions={pinned} (or leave it unset to reuse it), or use a new "
-                    "app id"
+                    "app id (an empty catalog: duplicates of the records emitted before then "
+                    "pass)"
                 )
             log.warning("dedup app id %r: using its recorded %d shuffle partitions, not "
                         "spark.sql.shuffle.partitions=%d", app, pinned, wanted_partitions)

@@ -87,8 +87,7 @@ def check_replay_schema(stored: list[Any], current: list[Any], columns: list[str
         raise CheckpointSchemaError(
             f"the sink checkpoint of batch {batch} partition {partition} was written by other "
             f"code: columns differ: {detail}. Replaying it would emit wrong records: restore "
-            "the previous code until this batch is committed, then deploy the change (or, "
-            "discarding that batch's exactly-once output, start with a new app.id / output.name)"
+            "the previous code until this batch is committed, then deploy the change"
         )
 
 
