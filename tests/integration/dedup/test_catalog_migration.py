@@ -145,3 +145,52 @@ def test_the_command_converts_and_says_so(
     assert wrong.returncode != 0 and "num_shards" in wrong.stderr
     assert client.hget(meta_key(cfg.app_id), "catalog_format") == b"2"
     assert RedisCatalog(cfg).take_lease("q-next") > 0, "the migration kept the app id's lease"
+
+
+def _old_ids_caught(cfg: DedupConfig, ids: dict[int, list[str]]) -> None:
+    """After a migration: every old ID (a sample) is a duplicate, every new one kept once."""
+    now = time.time()
+    for shard in (0, 1):
+        fresh = [f"s{shard}-after-{i}" for i in range(20)]
+        candidates = ids[shard][::50] + fresh
+        outcome = ShardClaimer(cfg, filters=FilterCache()).claim(
+            "q-after", 0, shard, candidates, "q-after", now=now)
+        kept = {key for key, k in zip(candidates, outcome.keep.tolist(), strict=True) if k}
+        assert kept == set(fresh), f"shard {shard}: old IDs passed or new ones dropped"
+
+
+def test_a_wrong_shard_count_is_refused_and_the_count_it_names_migrates(
+        old_app: tuple[DedupConfig, dict[int, list[str]], Any]) -> None:
+    """Issue 33, item 4: ``migrate-catalog --num-shards 3`` on a two-shard catalog says
+    "use --num-shards 2"; run that way, the migration converts and catches every old ID."""
+    from dedup import ShardCountMismatchError
+
+    cfg, ids, client = old_app
+    wrong = DedupConfig(cfg.app_id, cfg.redis, num_shards=3)
+    with pytest.raises(ShardCountMismatchError, match="use --num-shards 2") as refusal:
+        migrate_catalog(wrong)
+    assert client.hget(meta_key(cfg.app_id), "catalog_format") is None, "a refusal converted"
+    told = int(str(refusal.value).rsplit("--num-shards ", 1)[1].split()[0])
+    report = migrate_catalog(DedupConfig(cfg.app_id, cfg.redis, num_shards=told))
+    assert report.ids == 6_000
+    _old_ids_caught(cfg, ids)
+
+
+def test_a_batch_jobs_claims_are_refused_and_forgetting_it_as_told_migrates(
+        old_app: tuple[DedupConfig, dict[int, list[str]], Any]) -> None:
+    """Issue 33, item 4: a batch job's recorded claims (a token, not a batch number) stop
+    the migration; its advice, run literally: `dedup forget-query ...`, then migrate."""
+    import shlex
+
+    from dedup.cli.main import main
+
+    cfg, ids, client = old_app
+    client.hset(decisions_key(cfg.app_id, 1), "job-1:tok-9", "4|\n3:abc\n" + ids[1][1])
+    with pytest.raises(AppIdInUseError, match="then migrate") as refusal:
+        migrate_catalog(cfg)
+    command = str(refusal.value).split("`")[1]
+    assert command.startswith("dedup forget-query "), command
+    assert main([*shlex.split(command)[1:], "--redis-url", cfg.redis.url, "--quiet"]) == 0
+    report = migrate_catalog(cfg)
+    assert report.ids == 6_000
+    _old_ids_caught(cfg, ids)
