@@ -531,10 +531,12 @@ class RedisCatalog:
         return replies[0]
 
     def _gc_calls(self, scripts: Mapping[str, Any], query_id: str,
-                  before_batch: int) -> list[tuple[str, Any]]:
+                  before_batch: int, every: bool = False) -> list[tuple[str, Any]]:
+        """``gc.lua`` per shard: decisions of batches before ``before_batch``, or
+        (``every``) all of the query's, a batch job's token-keyed ones too."""
         def gc(key: str) -> Any:
-            return lambda pipe: scripts["gc"](keys=[key], args=[query_id, before_batch],
-                                              client=pipe)
+            args = [query_id, before_batch, "all" if every else ""]
+            return lambda pipe: scripts["gc"](keys=[key], args=args, client=pipe)
 
         keys = [decisions_key(self.config.app_id, s) for s in range(self.config.num_shards)]
         return [(key, gc(key)) for key in keys]
@@ -559,7 +561,10 @@ class RedisCatalog:
                 f"app id {app!r}: num_shards changed: recorded {int(recorded)}, now "
                 f"{cfg.num_shards}; use num_shards={int(recorded)}"
             )
-        removed = self.collect_garbage(query_id, 2**62)
+        client, scripts = client_and_scripts(self.config.redis)
+        with redis_errors(self.config.redis, "forgetting a query"):
+            removed = sum(int(x) for x in _pipelined(
+                client, self._gc_calls(scripts, query_id, 0, every=True)))
         with redis_errors(self.config.redis, "forgetting a query"):
             client.hdel(queries_key(app), query_id)
             client.hdel(query_apps_key(query_id), app)
