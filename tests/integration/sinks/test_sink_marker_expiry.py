@@ -90,8 +90,25 @@ def test_an_old_commit_intent_without_a_marker_is_refused(kafka_bootstrap: str,
     store.record_intent("query-1", 2, 0)
     _expire_markers(kafka_bootstrap, config.marker_group(0))
     nameless = [r._replace(record_id=b"") for r in _records(topic, 2)]
-    with pytest.raises(MarkerLostError, match=r"offsets\.retention\.minutes"):
+    with pytest.raises(MarkerLostError, match=r"offsets\.retention\.minutes") as refusal:
         write_partition(config, nameless, "query-1", 2, 0)
+    # The advice, literally (issue 33, item 4): "check the output topic for records of
+    # this batch, then resume with a new query id". The output holds none of batch 2, so
+    # the batch was never committed: a new query id (the old query stopped, releasing its
+    # output) writes it, once.
+    assert "check the output topic for records of this batch, then resume with a new " \
+        "query id" in str(refusal.value)
+    values = [r.value for r in consume_all(kafka_bootstrap, topic, "read_committed",
+                                           idle_timeout=1.5)]
+    assert not [v for v in values if v.startswith(b"v2-")], "batch 2 is in the output"
+    store.release_lease("query-1")
+    resumed = write_partition(config, nameless, "query-2", 2, 0)
+    assert not resumed.skipped and resumed.produced == 20
+    values = [r.value for r in consume_all(kafka_bootstrap, topic, "read_committed",
+                                           idle_timeout=1.5)]
+    assert sorted(v for v in values if v.startswith(b"v2-")) == sorted(
+        r.value for r in nameless)
+    assert len(values) == 60  # batches 0 and 1 with IDs, batch 2 without, each once
 
 
 def test_a_commit_whose_redis_copy_was_never_written_is_found_in_the_output(
