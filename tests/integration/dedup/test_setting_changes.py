@@ -113,3 +113,56 @@ def test_a_setting_changed_mid_batch_keeps_the_decisions_exact(
     for batch, (have, want) in enumerate(zip(got, expected, strict=True)):
         assert have == want, (f"{name} {direction}, batch {batch}: lost {sorted(want - have)[:5]}"
                               f", duplicated {sorted(have - want)[:5]}")
+
+
+@pytest.mark.parametrize("name", ["late_policy", "horizon_seconds", "event_time_column"])
+def test_a_setting_that_decides_late_records_changed_mid_batch_is_refused_naming_it(
+        redis_url: str, name: str) -> None:
+    """With ``retention.event_time_column`` set, the late-record policy, the horizon and
+    the column itself decide which rows a batch claims. Changed between two attempts
+    of a batch whose shard is claimed, the retry's candidates differ from the recorded
+    decision's: refused (replaying would drop IDs never claimed). The refusal must name
+    the changed setting and say to restore it until the batch is committed (it blamed
+    two dedup steps or an input that is not replayable, which the source was); done as
+    told, the batch is exact, and the change applies from the next batch on."""
+    import numpy as np
+
+    from dedup import CatalogStateError, RetentionConfig
+    from dedup.config import LatePolicy
+    from dedup.metrics import KEPT, LATE_DROPPED, STATUS
+    from dedup.partition_step import decide_partition
+
+    (query,) = query_ids()
+    before = DedupConfig(f"late-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url),
+                         num_shards=1, bloom=BloomConfig(enabled=False),
+                         retention=RetentionConfig(horizon_seconds=3600, bucket_seconds=600,
+                                                   event_time_column="t",
+                                                   late_policy=LatePolicy.DROP))
+    changes: dict[str, dict[str, Any]] = {
+        "late_policy": {"late_policy": LatePolicy.PASS},
+        "horizon_seconds": {"horizon_seconds": 3 * 3600},
+        "event_time_column": {"event_time_column": None}}
+    changed = changes[name]
+    after = dataclasses.replace(before, retention=dataclasses.replace(before.retention,
+                                                                      **changed))
+    ids = np.array(["a", "b", "c"], dtype=object)
+    shards = np.zeros(3, dtype=np.int64)
+
+    def decide(cfg: DedupConfig, batch: str, rows: np.ndarray = ids) -> Any:
+        events = (np.array([NOW - 10, NOW - 2 * 3600, NOW - 5], dtype=float)[:len(rows)]
+                  if cfg.retention.event_time_column else None)
+        return decide_partition(cfg, rows, shards[:len(rows)], query, batch, query, 0,
+                                now=NOW, event_seconds=events)
+
+    first = decide(before, "1")[STATUS].tolist()
+    assert first == [KEPT, LATE_DROPPED, KEPT]  # b is two hours old: late, dropped
+    with pytest.raises(CatalogStateError) as refusal:
+        decide(after, "1")  # the retry of batch 1 after the restart with the change
+    message = str(refusal.value)
+    assert f"retention {name}" in message and "restore" in message, message
+    assert "make the source replayable" not in message, message
+    assert decide(before, "1")[STATUS].tolist() == first  # restored: the same decision
+    RedisCatalog(before).commit_progress(query, 1)
+    later = decide(after, "2", np.array(["a", "b", "d"], dtype=object))[STATUS].tolist()
+    assert later[0] != KEPT and later[2] == KEPT  # a seen; d new
+    assert later[1] == KEPT  # b is not dropped as late any more: claimed now, once
