@@ -370,6 +370,34 @@ def candidates_digest(negatives: list[bytes], positives: list[bytes]) -> str:
     return _blobs_digest(b"".join(negatives), b"".join(positives))
 
 
+def late_settings(config: DedupConfig) -> str:
+    """The settings that decide which rows of a batch are late (and so not claimed under
+    ``late_policy`` drop), as text kept with each decision; "" without an event-time
+    column (no row is late). A retry under other ones claims other rows."""
+    retention = config.retention
+    if not retention.event_time_column:
+        return ""
+    return (f"event_time_column={retention.event_time_column};"
+            f"late_policy={retention.late_policy};horizon_seconds={retention.horizon_seconds}")
+
+
+def describe_late_change(then: str, now: str) -> str:
+    """``retention <name> <then> then, <now> now`` for each of :func:`late_settings` that
+    differs."""
+    def fields(text: str) -> dict[str, str]:
+        if not text:
+            return {"event_time_column": "None"}
+        return dict(part.split("=", 1) for part in text.split(";"))
+
+    old, new = fields(then), fields(now)
+    if "None" in (old["event_time_column"], new["event_time_column"]):
+        names = ["event_time_column"]
+    else:
+        names = [name for name in old if old[name] != new.get(name)]
+    return "; ".join(f"retention {name} {old.get(name)} then, {new.get(name)} now"
+                     for name in names)
+
+
 def _blobs_digest(*blobs: bytes) -> str:
     """:func:`candidates_digest` of digests already concatenated (a claim's arguments)."""
     words = np.frombuffer(b"".join(blobs), dtype="<u8")
@@ -730,6 +758,7 @@ class RedisCatalog:
         # negatives (new IDs, when the filter is current) go in spread order
         negative_blob, positive_blob = b"".join(negatives), b"".join(positives)
         digest = _blobs_digest(negative_blob, positive_blob)
+        late = late_settings(cfg)
         order = spread_order(negative_blob)
         negative_blob = (np.frombuffer(negative_blob, dtype=np.uint8)
                          .reshape(-1, DIGEST_BYTES)[order].tobytes())
@@ -737,7 +766,8 @@ class RedisCatalog:
             decision, tag[0] if tag else "", tag[1] if tag else -1, int(now), expire_at,
             cfg.num_shards, "" if cfg.allow_shared_app_id else lease_owner,
             self._fence(lease_owner, decision), cfg.journal_versions, uuid.uuid4().hex,
-            negative_blob, positive_blob, tag[2] if tag else "", digest,
+            negative_blob, positive_blob, tag[2] if tag else "",
+            f"{digest}@{late}" if late else digest,  # kept in the decision: see REPLAY
             "1" if catch_up_first else "",
             cfg.retention.horizon_seconds, cfg.retention.bucket_seconds,
         ]
@@ -771,7 +801,19 @@ class RedisCatalog:
             _version, _, rest = recorded.partition(b"|")
             if rest.startswith(b"\n"):  # the candidates' digest (text), then kept digests
                 stored, _, rest = rest[1:].partition(b"\n")
-                if stored.decode() != digest:
+                stored_digest, _, stored_late = stored.decode().partition("@")
+                if stored_digest != digest and stored_late != late:
+                    # The candidates differ because the rows a batch claims changed:
+                    # the settings that decide late records are not those of the
+                    # first attempt (a restart with them changed, the batch half done).
+                    raise CatalogStateError(
+                        f"app id {app!r}: the decision of {decision} shard {shard} was "
+                        "recorded under other settings that decide which records are late "
+                        f"({describe_late_change(stored_late, late)}), so this attempt "
+                        "claims other rows and replaying it would drop IDs that were never "
+                        "claimed: restore them until batch "
+                        f"{decision.rpartition(':')[2]} is committed, then change them")
+                if stored_digest != digest:
                     raise CatalogStateError(
                         f"app id {app!r}: the decision of {decision} shard {shard} was recorded "
                         "for other IDs: two dedup steps with this app id in one batch (give "
