@@ -27,24 +27,35 @@ topic, run with ``availableNow``:
 
 Small micro-batches: ``spark_alo``, ``eos_strong``, ``eos_foreach_batch``,
 ``eos_fused`` and ``python_alo_one_pass`` again on a topic of
-``small_records`` records read ``small_per_trigger`` (5,000) at a time,
-interleaved ``--repeats`` times: their throughput ratio
-(``e2e_eos_over_alo_kafka_small``) and the ratios of their p50 / p99
-micro-batch durations (``triggerExecution`` of every batch of the fastest
-run: ``batch_latency_p50_eos_over_alo``, ``batch_latency_p99_eos_over_alo``).
+``small_records`` records read ``small_per_trigger`` (5,000) at a time, in
+rounds as below: their throughput ratio (``e2e_eos_over_alo_kafka_small``)
+and the ratios of their p50 / p99 micro-batch durations (``triggerExecution``
+of every batch of a run: ``batch_latency_p50_eos_over_alo``,
+``batch_latency_p99_eos_over_alo``).
 
 Every variant first runs once on a small warm-up topic; then the variants
-run interleaved, ``--repeats`` times each, and the fastest run of each
-counts (the machine is shared, and one slow run would otherwise decide a
-ratio); every run is kept in the JSON. The outputs are read back
+run in ``--repeats`` rounds (default 3), each round every variant once, in an
+order rotated by one per round (``--order rotate``; ``fixed`` keeps it: see
+:func:`benchmarks.common.round_order`). Each ratio is computed per round
+(numerator and baseline from the same round) and reported as the median over
+the rounds, with ``<ratio>_spread`` (max - min over the rounds) and
+``<ratio>_rounds`` (the per-round values) beside it; ``records_per_s`` per
+variant is its median run. During each run's measured window a
+:class:`benchmarks.common.CpuSampler` records CPU seconds of the Spark JVM,
+the Python workers, the Kafka broker, Redis and this driver process:
+``cpu_s_per_record_{jvm,python,broker,redis,driver}`` per run and, median over
+rounds, per variant (``per_variant``). The outputs are read back
 (``read_committed``) and counted against the input. Writes
-``results/e2e.json``; ratios are throughput ratios to ``spark_alo``.
+``results/e2e.json`` (``BENCH_RESULTS_DIR`` moves it); ratios are throughput
+ratios to ``spark_alo``. The double-batch sensitivity check runs once per
+variant after the rounds (no spread).
 """
 
 from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +63,22 @@ from confluent_kafka import Producer
 
 from benchmarks.bench_sink import INPUT_PARTITIONS
 from benchmarks.common import (
+    CPU_CLASSES,
+    CpuSampler,
     bench_args,
     bench_services,
+    cpu_per_record,
     percentile,
     phase_durations,
     progress,
     ratio,
+    round_order,
+    round_ratio,
     run_metadata,
     run_to_end,
+    spark_jvm_pid,
     streaming_batches,
+    variant_medians,
     write_json,
 )
 from sinks.kafka_io import ensure_topic
@@ -107,15 +125,17 @@ def fill_with_duplicates(bootstrap: str, topic: str, records: int, dup_rate: flo
 
 
 def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
-                per_trigger: int, workdir: Path) -> dict[str, Any]:
-    """Run ``variant`` from ``source`` to a fresh output topic to the end; its figures."""
+                per_trigger: int, workdir: Path, cpu_pids: Mapping[str, int | None] | None = None,
+                cpu_interval: float = 0.5) -> dict[str, Any]:
+    """Run ``variant`` from ``source`` to a fresh output topic to the end; its figures
+    (with ``cpu_s`` per process class of ``cpu_pids`` over the run, when given)."""
     tag = uuid.uuid4().hex[:8]
     out = f"bench-e2e-{variant}-{tag}"
     ensure_topic(bootstrap, out, INPUT_PARTITIONS)
     writer = pipeline_writer(spark, variant, bootstrap, redis_url, source, per_trigger, out,
                              app_id=f"bench-e2e-{variant}-{tag}")
     writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
-    return _measure(variant, writer, bootstrap, out)
+    return _measure(variant, writer, bootstrap, out, cpu_pids, cpu_interval)
 
 
 def pipeline_writer(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
@@ -169,9 +189,16 @@ def pipeline_writer(spark: Any, variant: str, bootstrap: str, redis_url: str, so
             .option("strong.productions", str(variant == "eos_strong").lower()))
 
 
-def _measure(variant: str, writer: Any, bootstrap: str, out: str) -> dict[str, Any]:
-    """Run ``writer`` to the end; its timings and its output read back."""
-    seconds, query = run_to_end(writer)
+def _measure(variant: str, writer: Any, bootstrap: str, out: str,
+             cpu_pids: Mapping[str, int | None] | None = None,
+             cpu_interval: float = 0.5) -> dict[str, Any]:
+    """Run ``writer`` to the end; its timings, CPU seconds per process class over that
+    window (when ``cpu_pids`` is given) and its output read back (after the window)."""
+    sampler = CpuSampler(cpu_pids, cpu_interval).start() if cpu_pids else None
+    try:
+        seconds, query = run_to_end(writer)
+    finally:
+        cpu_s = sampler.stop() if sampler is not None else None
     batches = streaming_batches(query)
     written = read_observed(bootstrap, out)
     keys = len({value for _, value in written})
@@ -180,17 +207,83 @@ def _measure(variant: str, writer: Any, bootstrap: str, out: str) -> dict[str, A
                          for p in batches],
             "input_rows": sum(int(p["numInputRows"]) for p in batches),
             "records_out": len(written), "distinct_out": keys,
-            "duration_ms_by_phase": phase_durations(batches)}
+            "duration_ms_by_phase": phase_durations(batches),
+            **({"cpu_s": cpu_s} if cpu_s is not None else {})}
+
+
+def finish_run(run: dict[str, Any], round_index: int, records: int) -> dict[str, Any]:
+    """Add the round, the throughput and CPU seconds per record to a measured run."""
+    run["round"] = round_index
+    run["records_per_s"] = round(records / run["seconds"], 1)
+    run["duplicates_out"] = run["records_out"] - run["distinct_out"]
+    run.update(cpu_per_record(run.get("cpu_s") or {}, records))
+    if run["batch_ms"]:
+        run["p50_ms"] = percentile(run["batch_ms"], 50)
+        run["p99_ms"] = percentile(run["batch_ms"], 99)
+    return run
+
+
+THROUGHPUT_RATIOS = (
+    ("e2e_eos_over_alo_kafka", "eos_strong", "spark_alo"),
+    ("e2e_eos_weak_over_alo_kafka", "eos_weak", "spark_alo"),
+    ("e2e_dedup_spark_sink_over_alo_kafka", "dedup_spark_sink", "spark_alo"),
+    ("e2e_eos_foreach_batch_over_alo_kafka", "eos_foreach_batch", "spark_alo"),
+    ("e2e_eos_fused_over_alo_kafka", "eos_fused", "spark_alo"),
+    # the one-pass shape's floor: at least once, no dedup, no transaction
+    ("e2e_python_alo_one_pass_over_alo_kafka", "python_alo_one_pass", "spark_alo"),
+    ("e2e_eos_fused_over_python_alo_one_pass", "eos_fused", "python_alo_one_pass"),
+)
+"""(name, numerator, baseline) of the throughput ratios of the main rounds."""
+SMALL_RATIOS = (
+    ("e2e_eos_over_alo_kafka_small", "eos_strong", "spark_alo", "records_per_s"),
+    ("batch_latency_p50_eos_over_alo", "eos_strong", "spark_alo", "p50_ms"),
+    ("batch_latency_p99_eos_over_alo", "eos_strong", "spark_alo", "p99_ms"),
+    ("e2e_eos_foreach_batch_over_alo_kafka_small", "eos_foreach_batch", "spark_alo",
+     "records_per_s"),
+    ("batch_latency_p50_eos_foreach_batch_over_alo", "eos_foreach_batch", "spark_alo", "p50_ms"),
+    ("e2e_eos_fused_over_alo_kafka_small", "eos_fused", "spark_alo", "records_per_s"),
+    ("batch_latency_p50_eos_fused_over_alo", "eos_fused", "spark_alo", "p50_ms"),
+    ("batch_latency_p99_eos_fused_over_alo", "eos_fused", "spark_alo", "p99_ms"),
+    ("e2e_python_alo_one_pass_over_alo_kafka_small", "python_alo_one_pass", "spark_alo",
+     "records_per_s"),
+    ("batch_latency_p50_python_alo_one_pass_over_alo", "python_alo_one_pass", "spark_alo",
+     "p50_ms"),
+)
+"""(name, numerator, baseline, the run's figure) of the small-batch rounds' ratios."""
+PER_VARIANT_KEYS = ("records_per_s", "seconds", *(f"cpu_s_per_record_{c}" for c in CPU_CLASSES))
+
+
+def summarize(runs: list[dict[str, Any]], small: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per variant and every ratio (median, ``_spread``, ``_rounds``) of the runs
+    of the main rounds and of the small-batch rounds."""
+    per_variant = variant_medians(runs, PER_VARIANT_KEYS)
+    small_per_variant = variant_medians(small, (*PER_VARIANT_KEYS, "p50_ms", "p99_ms"))
+    out: dict[str, Any] = {
+        "records_per_s": {v: m["records_per_s"] for v, m in per_variant.items()},
+        "per_variant": per_variant,
+        "small_batch_per_variant": small_per_variant,
+        "small_batch_latency_ms": {v: {"p50_ms": m["p50_ms"], "p99_ms": m["p99_ms"]}
+                                   for v, m in small_per_variant.items()},
+    }
+    for name, numerator, baseline in THROUGHPUT_RATIOS:
+        out.update(round_ratio(runs, name, numerator, baseline))
+    for name, numerator, baseline, figure in SMALL_RATIOS:
+        out.update(round_ratio(small, name, numerator, baseline, figure))
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = bench_args(
         __doc__, argv,
         full={"records": 400_000, "dup_rate": 0.05, "per_trigger": 50_000, "value_bytes": 100,
-              "repeats": 2, "small_records": 100_000, "small_per_trigger": 5_000},
+              "repeats": 3, "small_records": 100_000, "small_per_trigger": 5_000,
+              "order": "rotate", "cpu_interval": 0.5, "warmup_records": 10_000},
         quick={"records": 60_000, "per_trigger": 20_000, "repeats": 1,
                "small_records": 20_000},
-        helps={"repeats": "interleaved runs per variant; the fastest counts"})
+        helps={"repeats": "rounds: each round runs every variant once; ratios are per round, "
+                          "reported as the median with the spread (max - min); default 3",
+               "order": "rotate (round k starts at variant k) or fixed",
+               "cpu_interval": "seconds between samples of the Python workers' CPU"})
     log = progress("e2e")
     runs: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
@@ -199,7 +292,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         bootstrap = services.bootstrap
         distinct = fill_with_duplicates(bootstrap, "bench-e2e-input", args.records,
                                         args.dup_rate, args.value_bytes, seed=3)
-        fill_with_duplicates(bootstrap, "bench-e2e-warmup", 10_000, args.dup_rate,
+        fill_with_duplicates(bootstrap, "bench-e2e-warmup", args.warmup_records, args.dup_rate,
                              args.value_bytes, seed=4)
         small_distinct = fill_with_duplicates(bootstrap, "bench-e2e-small", args.small_records,
                                               args.dup_rate, args.value_bytes, seed=5)
@@ -211,62 +304,55 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         import sinks
 
         sinks.register(spark)
+        broker = services.broker
+        cpu_pids = {"jvm": spark_jvm_pid(spark), "redis": services.redis.pid,
+                    "broker": broker.pid if broker is not None else None}
+        log(f"CPU sampled for pids {cpu_pids}")
         try:
             for variant in VARIANTS:
                 run_variant(spark, variant, bootstrap, services.redis_url, "bench-e2e-warmup",
                             args.per_trigger, services.workdir)
             log("warm-up done")
-            for repeat in range(args.repeats):
-                for variant in VARIANTS:
-                    run = run_variant(spark, variant, bootstrap, services.redis_url,
-                                      "bench-e2e-input", args.per_trigger, services.workdir)
-                    run["repeat"] = repeat
-                    run["records_per_s"] = round(args.records / run["seconds"], 1)
+            for index in range(args.repeats):
+                for variant in round_order(VARIANTS, index, args.order):
+                    run = finish_run(run_variant(
+                        spark, variant, bootstrap, services.redis_url, "bench-e2e-input",
+                        args.per_trigger, services.workdir, cpu_pids, args.cpu_interval),
+                        index, args.records)
                     expected = args.records if variant in AT_LEAST_ONCE else distinct
                     run["output_correct"] = (run["records_out"] == expected
                                              and run["distinct_out"] == distinct)
-                    run["duplicates_out"] = run["records_out"] - run["distinct_out"]
                     runs.append(run)
-                    log(f"{variant} (run {repeat + 1}): {run['seconds']:.1f} s, "
+                    log(f"{variant} (round {index + 1}): {run['seconds']:.1f} s, "
                         f"{run['records_per_s']:.0f} rec/s, out {run['records_out']:,} "
-                        f"({run['duplicates_out']:,} duplicates)")
+                        f"({run['duplicates_out']:,} duplicates), CPU s {run.get('cpu_s')}")
             # Sensitivity: the same two pipelines with micro-batches twice as large,
             # to separate the per-batch fixed cost of the exactly-once path.
             for variant in ("spark_alo", "eos_strong"):
-                run = run_variant(spark, variant, bootstrap, services.redis_url,
-                                  "bench-e2e-input", 2 * args.per_trigger, services.workdir)
-                run["records_per_s"] = round(args.records / run["seconds"], 1)
+                run = finish_run(run_variant(
+                    spark, variant, bootstrap, services.redis_url, "bench-e2e-input",
+                    2 * args.per_trigger, services.workdir, cpu_pids, args.cpu_interval),
+                    0, args.records)
                 run["per_trigger"] = 2 * args.per_trigger
-                run["duplicates_out"] = run["records_out"] - run["distinct_out"]
                 sweep.append(run)
                 log(f"{variant} at {2 * args.per_trigger:,} per trigger: "
                     f"{run['records_per_s']:.0f} rec/s")
-            for repeat in range(args.repeats):
-                for variant in SMALL_VARIANTS:
-                    run = run_variant(spark, variant, bootstrap, services.redis_url,
-                                      "bench-e2e-small", args.small_per_trigger,
-                                      services.workdir)
-                    run["repeat"] = repeat
+            for index in range(args.repeats):
+                for variant in round_order(SMALL_VARIANTS, index, args.order):
+                    run = finish_run(run_variant(
+                        spark, variant, bootstrap, services.redis_url, "bench-e2e-small",
+                        args.small_per_trigger, services.workdir, cpu_pids, args.cpu_interval),
+                        index, args.small_records)
                     run["per_trigger"] = args.small_per_trigger
-                    run["records_per_s"] = round(args.small_records / run["seconds"], 1)
-                    run["duplicates_out"] = run["records_out"] - run["distinct_out"]
                     run["output_correct"] = run["distinct_out"] == small_distinct and (
                         variant in AT_LEAST_ONCE or run["duplicates_out"] == 0)
                     small.append(run)
-                    log(f"{variant} at {args.small_per_trigger:,} per trigger (run "
-                        f"{repeat + 1}): {run['records_per_s']:.0f} rec/s, batch p50 "
-                        f"{percentile(run['batch_ms'], 50):.0f} ms, p99 "
-                        f"{percentile(run['batch_ms'], 99):.0f} ms")
+                    log(f"{variant} at {args.small_per_trigger:,} per trigger (round "
+                        f"{index + 1}): {run['records_per_s']:.0f} rec/s, batch p50 "
+                        f"{run.get('p50_ms', 0):.0f} ms, p99 {run.get('p99_ms', 0):.0f} ms")
         finally:
             spark.stop()
-    rate: dict[str, float] = {}
-    for run in runs:
-        rate[run["variant"]] = max(rate.get(run["variant"], 0.0), run["records_per_s"])
     wrong = [r["variant"] for r in runs + small if not r["output_correct"]]
-    fastest_small = {v: max((r for r in small if r["variant"] == v),
-                            key=lambda r: r["records_per_s"]) for v in SMALL_VARIANTS}
-    latency = {v: {"p50_ms": percentile(r["batch_ms"], 50), "p99_ms": percentile(r["batch_ms"], 99)}
-               for v, r in fastest_small.items()}
     if wrong:
         raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
     result = {
@@ -277,19 +363,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "input_partitions": INPUT_PARTITIONS,
                   "shuffle_partitions": SHUFFLE_PARTITIONS,
                   "redis": "redis-server, appendonly yes, appendfsync everysec",
-                  "repeats": args.repeats,
-                  "measured": "wall time start() -> end of availableNow; fastest of the "
-                              "interleaved runs per variant, after a warm-up run on a small "
-                              "topic"},
+                  "repeats": args.repeats, "rounds": args.repeats, "order": args.order,
+                  "cpu_interval_s": args.cpu_interval,
+                  "measured": "wall time start() -> end of availableNow, after a warm-up run "
+                              "on a small topic; variants in rounds (each once per round, "
+                              f"order {args.order}); each ratio per round, median over the "
+                              "rounds, _spread = max - min over the rounds; CPU seconds per "
+                              "process class over the same window (/proc stat)"},
         "runs": runs,
-        "records_per_s": rate,
-        "e2e_eos_over_alo_kafka": ratio(rate["eos_strong"], rate["spark_alo"]),
-        "e2e_eos_weak_over_alo_kafka": ratio(rate["eos_weak"], rate["spark_alo"]),
-        "e2e_dedup_spark_sink_over_alo_kafka": ratio(rate["dedup_spark_sink"],
-                                                     rate["spark_alo"]),
-        "e2e_eos_foreach_batch_over_alo_kafka": ratio(rate["eos_foreach_batch"],
-                                                      rate["spark_alo"]),
-        "e2e_eos_fused_over_alo_kafka": ratio(rate["eos_fused"], rate["spark_alo"]),
         "double_batch_runs": sweep,
         "e2e_eos_over_alo_kafka_double_batch": ratio(
             *(next(r["records_per_s"] for r in sweep if r["variant"] == v)
@@ -297,35 +378,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "small_batch_setup": {"records": args.small_records, "distinct": small_distinct,
                               "per_trigger": args.small_per_trigger},
         "small_batch_runs": small,
-        "small_batch_latency_ms": latency,
-        "e2e_eos_over_alo_kafka_small": ratio(fastest_small["eos_strong"]["records_per_s"],
-                                              fastest_small["spark_alo"]["records_per_s"]),
-        "batch_latency_p50_eos_over_alo": ratio(latency["eos_strong"]["p50_ms"],
-                                                latency["spark_alo"]["p50_ms"]),
-        "batch_latency_p99_eos_over_alo": ratio(latency["eos_strong"]["p99_ms"],
-                                                latency["spark_alo"]["p99_ms"]),
-        "e2e_eos_foreach_batch_over_alo_kafka_small": ratio(
-            fastest_small["eos_foreach_batch"]["records_per_s"],
-            fastest_small["spark_alo"]["records_per_s"]),
-        "batch_latency_p50_eos_foreach_batch_over_alo": ratio(
-            latency["eos_foreach_batch"]["p50_ms"], latency["spark_alo"]["p50_ms"]),
-        "e2e_eos_fused_over_alo_kafka_small": ratio(
-            fastest_small["eos_fused"]["records_per_s"],
-            fastest_small["spark_alo"]["records_per_s"]),
-        "batch_latency_p50_eos_fused_over_alo": ratio(
-            latency["eos_fused"]["p50_ms"], latency["spark_alo"]["p50_ms"]),
-        "batch_latency_p99_eos_fused_over_alo": ratio(
-            latency["eos_fused"]["p99_ms"], latency["spark_alo"]["p99_ms"]),
-        # The one-pass shape's floor: at least once, no dedup, no transaction.
-        "e2e_python_alo_one_pass_over_alo_kafka": ratio(rate["python_alo_one_pass"],
-                                                        rate["spark_alo"]),
-        "e2e_eos_fused_over_python_alo_one_pass": ratio(rate["eos_fused"],
-                                                        rate["python_alo_one_pass"]),
-        "e2e_python_alo_one_pass_over_alo_kafka_small": ratio(
-            fastest_small["python_alo_one_pass"]["records_per_s"],
-            fastest_small["spark_alo"]["records_per_s"]),
-        "batch_latency_p50_python_alo_one_pass_over_alo": ratio(
-            latency["python_alo_one_pass"]["p50_ms"], latency["spark_alo"]["p50_ms"]),
+        **summarize(runs, small),
     }
     write_json("e2e.json", result)
     return result

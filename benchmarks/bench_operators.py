@@ -23,32 +23,48 @@ checkpoint, written to Spark's ``noop`` sink, run with ``availableNow``:
   ``dedup_over_*`` could be reached with a decision that costs nothing.
 
 Each variant first runs once on a small warm-up input (not measured); then
-the variants run interleaved, ``--repeats`` times each, and the fastest run
-of each counts (the machine is shared: one slow run would otherwise decide a
-ratio); every run is kept in the JSON.
-Measured: wall time from ``start()`` to the end of ``availableNow``; records/s.
-Writes ``results/operators.json``; ratios to pass-through and dropDuplicates.
+the variants run in ``--repeats`` rounds (default 3), each round every
+variant once, in an order rotated by one per round (``--order rotate``;
+``fixed`` keeps it: see :func:`benchmarks.common.round_order`). Each ratio is
+computed per round (numerator and baseline from the same round) and reported
+as the median over the rounds, with ``<ratio>_spread`` (max - min over the
+rounds) and ``<ratio>_rounds`` (the per-round values) beside it; every run is
+kept in the JSON. Measured: wall time from ``start()`` to the end of
+``availableNow``; records/s (per variant: its median run); CPU seconds per
+record of the Spark JVM, the Python workers, Redis and this driver process
+over that window (:class:`benchmarks.common.CpuSampler`:
+``cpu_s_per_record_{jvm,python,redis,driver}`` per run and, median over
+rounds, per variant in ``per_variant``). Writes ``results/operators.json``
+(``BENCH_RESULTS_DIR`` moves it); ratios to pass-through and dropDuplicates.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.common import (
+    CPU_CLASSES,
+    CpuSampler,
     bench_args,
     bench_services,
+    cpu_per_record,
     operator_skeleton,
     phase_durations,
     progress,
     ratio,
+    round_order,
+    round_ratio,
     run_metadata,
     run_to_end,
+    spark_jvm_pid,
     streaming_batches,
+    variant_medians,
     write_json,
 )
 
@@ -127,7 +143,10 @@ def build(spark: Any, variant: str, folder: Path, redis_url: str, tag: str,
 
 
 def run_variant(spark: Any, variant: str, folder: Path, redis_url: str, workdir: Path,
-                files_per_trigger: int) -> dict[str, Any]:
+                files_per_trigger: int, cpu_pids: Mapping[str, int | None] | None = None,
+                cpu_interval: float = 0.5) -> dict[str, Any]:
+    """Run ``variant`` to the end; its figures (with ``cpu_s`` per process class of
+    ``cpu_pids`` over the measured window, when given)."""
     tag = uuid.uuid4().hex[:8]
     spark.conf.set("spark.sql.streaming.stateStore.providerClass",
                    ROCKSDB if variant.startswith("dropduplicates_rocksdb") else HDFS)
@@ -140,11 +159,17 @@ def run_variant(spark: Any, variant: str, folder: Path, redis_url: str, workdir:
     df = build(spark, variant, folder, redis_url, tag, files_per_trigger)
     writer = (df.writeStream.format("noop").queryName(f"{variant}_{tag}")
               .option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}")))
-    seconds, query = run_to_end(writer)
+    sampler = CpuSampler(cpu_pids, cpu_interval).start() if cpu_pids else None
+    try:
+        seconds, query = run_to_end(writer)
+    finally:
+        cpu_s = sampler.stop() if sampler is not None else None
     batches = streaming_batches(query)
     run: dict[str, Any] = {"variant": variant, "seconds": round(seconds, 3),
                            "batches": len(batches),
                            "input_rows": sum(int(p["numInputRows"]) for p in batches)}
+    if cpu_s is not None:
+        run["cpu_s"] = cpu_s
     run["duration_ms_by_phase"] = phase_durations(batches)
     outputs = [int(p["sink"].get("numOutputRows", -1)) for p in batches]
     if outputs and min(outputs) >= 0:
@@ -169,15 +194,55 @@ def run_variant(spark: Any, variant: str, folder: Path, redis_url: str, workdir:
     return run
 
 
+RATIOS = (
+    ("dedup_over_passthrough", "dedup_operator", "passthrough"),
+    ("dedup_over_dropduplicates_rocksdb", "dedup_operator", "dropduplicates_rocksdb"),
+    ("dedup_over_dropduplicates_rocksdb_tuned", "dedup_operator",
+     "dropduplicates_rocksdb_tuned"),
+    ("dedup_over_dropduplicates_hdfs", "dedup_operator", "dropduplicates_hdfs"),
+    ("dedup_over_dropduplicates_within_watermark", "dedup_operator",
+     "dropduplicates_within_watermark"),
+    # the ceilings: the shape's own cost, the same round and input
+    ("skeleton_over_passthrough", "operator_skeleton", "passthrough"),
+    ("skeleton_over_dropduplicates_rocksdb_tuned", "operator_skeleton",
+     "dropduplicates_rocksdb_tuned"),
+    ("skeleton_over_dropduplicates_hdfs", "operator_skeleton", "dropduplicates_hdfs"),
+    ("dedup_over_skeleton", "dedup_operator", "operator_skeleton"),
+)
+"""(name, numerator, baseline) of the throughput ratios, each per round."""
+PER_VARIANT_KEYS = ("records_per_s", "seconds", *(f"cpu_s_per_record_{c}" for c in CPU_CLASSES))
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per variant and every ratio of :data:`RATIOS` that both its variants ran
+    for (median over the rounds, ``_spread``, ``_rounds``)."""
+    per_variant = variant_medians(runs, PER_VARIANT_KEYS)
+    out: dict[str, Any] = {"records_per_s": {v: m["records_per_s"]
+                                             for v, m in per_variant.items()},
+                           "per_variant": per_variant}
+    ran = set(per_variant)
+    for name, numerator, baseline in RATIOS:
+        if {numerator, baseline} <= ran:
+            out.update(round_ratio(runs, name, numerator, baseline))
+    trips = [r["round_trips_per_shard_batch"] for r in runs
+             if r.get("round_trips_per_shard_batch") is not None]
+    if trips:
+        out["redis_roundtrips_per_shard_batch"] = max(trips)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = bench_args(
         __doc__, argv,
         full={"records": 2_000_000, "files": 20, "files_per_trigger": 2, "dup_rate": 0.05,
               "window": 200_000, "variants": ",".join(VARIANTS), "output": "operators.json",
-              "repeats": 2},
+              "repeats": 3, "order": "rotate", "cpu_interval": 0.5, "warmup_records": 40_000},
         quick={"records": 200_000, "files": 4, "window": 20_000, "repeats": 1},
         helps={"variants": "comma-separated",
-               "repeats": "interleaved runs per variant; the fastest counts"})
+               "repeats": "rounds: each round runs every variant once; ratios are per round, "
+                          "reported as the median with the spread (max - min); default 3",
+               "order": "rotate (round k starts at variant k) or fixed",
+               "cpu_interval": "seconds between samples of the Python workers' CPU"})
     variants = [v for v in args.variants.split(",") if v]
     log = progress("operators")
     runs: list[dict[str, Any]] = []
@@ -185,47 +250,46 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         data = services.workdir / "input"
         warm = services.workdir / "warmup"
         distinct = write_input(data, args.records, args.files, args.dup_rate, args.window, 1)
-        write_input(warm, 40_000, 2, args.dup_rate, 5_000, 2)
+        write_input(warm, args.warmup_records, 2, args.dup_rate,
+                    max(1, args.warmup_records // 8), 2)
         log(f"input written: {args.records:,} rows, {distinct:,} distinct, {args.files} files")
         from dedup.local.spark import local_spark_session
 
         spark = local_spark_session("bench-operators", master="local[2]",
                                     shuffle_partitions=SHUFFLE_PARTITIONS, with_kafka=False)
+        cpu_pids = {"jvm": spark_jvm_pid(spark), "redis": services.redis.pid}
+        log(f"CPU sampled for pids {cpu_pids}")
         try:
             for variant in variants:
                 run_variant(spark, variant, warm, services.redis_url, services.workdir, 1)
             log("warm-up done")
-            for repeat in range(args.repeats):
-                for variant in variants:
+            for index in range(args.repeats):
+                for variant in round_order(variants, index, args.order):
                     run = run_variant(spark, variant, data, services.redis_url,
-                                      services.workdir, args.files_per_trigger)
-                    run["repeat"] = repeat
+                                      services.workdir, args.files_per_trigger, cpu_pids,
+                                      args.cpu_interval)
+                    run["round"] = index
                     run["records_per_s"] = round(args.records / run["seconds"], 1)
+                    run.update(cpu_per_record(run.get("cpu_s") or {}, args.records))
                     # the skeleton decides nothing: it keeps every record
                     expected = (args.records if variant in ("passthrough", "operator_skeleton")
                                 else distinct)
                     if "output_rows" in run:
                         run["output_correct"] = run["output_rows"] == expected
                     runs.append(run)
-                    log(f"{variant} (run {repeat + 1}): {run['seconds']:.1f} s, "
-                        f"{run['records_per_s']:.0f} rec/s")
+                    log(f"{variant} (round {index + 1}): {run['seconds']:.1f} s, "
+                        f"{run['records_per_s']:.0f} rec/s, CPU s {run.get('cpu_s')}")
                     time.sleep(1)
         finally:
             spark.stop()
-    best: dict[str, dict[str, Any]] = {}
-    for run in runs:
-        if run["records_per_s"] > best.get(run["variant"], {}).get("records_per_s", 0):
-            best[run["variant"]] = run
-    rate = {variant: run["records_per_s"] for variant, run in best.items()}
     wrong = [r["variant"] for r in runs if r.get("output_correct") is False]
     if wrong:
         raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
-    if set(VARIANTS) - set(rate):
-        diag = {"metadata": run_metadata(), "setup": vars(args), "runs": runs,
-                "records_per_s": rate}
+    summary = summarize(runs)
+    if set(VARIANTS) - set(summary["records_per_s"]):
+        diag = {"metadata": run_metadata(), "setup": vars(args), "runs": runs, **summary}
         write_json(args.output, diag)
         return diag
-    op = rate["dedup_operator"]
     result = {
         "metadata": run_metadata(),
         "level": "Spark streaming query, local[2], parquet file source -> noop sink",
@@ -234,28 +298,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "shuffle_partitions": SHUFFLE_PARTITIONS, "num_shards": NUM_SHARDS,
                   "redis": "redis-server, appendonly yes, appendfsync everysec",
                   "bloom": "defaults (capacity 1M per shard, error rate 0.01)",
-                  "repeats": args.repeats,
-                  "measured": "wall time start() -> end of availableNow; fastest of the "
-                              "interleaved runs per variant, after a warm-up run on a small "
-                              "input"},
+                  "repeats": args.repeats, "rounds": args.repeats, "order": args.order,
+                  "cpu_interval_s": args.cpu_interval,
+                  "measured": "wall time start() -> end of availableNow, after a warm-up run "
+                              "on a small input; variants in rounds (each once per round, "
+                              f"order {args.order}); each ratio per round, median over the "
+                              "rounds, _spread = max - min over the rounds; CPU seconds per "
+                              "process class over the same window (/proc stat)"},
         "runs": runs,
-        "records_per_s": rate,
-        "dedup_over_passthrough": ratio(op, rate["passthrough"]),
-        "dedup_over_dropduplicates_rocksdb": ratio(op, rate["dropduplicates_rocksdb"]),
-        "dedup_over_dropduplicates_rocksdb_tuned": ratio(op,
-                                                         rate["dropduplicates_rocksdb_tuned"]),
-        "dedup_over_dropduplicates_hdfs": ratio(op, rate["dropduplicates_hdfs"]),
-        "dedup_over_dropduplicates_within_watermark": ratio(
-            op, rate["dropduplicates_within_watermark"]),
-        # the ceilings: the shape's own cost, the same sitting and input
-        "skeleton_over_passthrough": ratio(rate["operator_skeleton"], rate["passthrough"]),
-        "skeleton_over_dropduplicates_rocksdb_tuned": ratio(
-            rate["operator_skeleton"], rate["dropduplicates_rocksdb_tuned"]),
-        "skeleton_over_dropduplicates_hdfs": ratio(rate["operator_skeleton"],
-                                                   rate["dropduplicates_hdfs"]),
-        "dedup_over_skeleton": ratio(op, rate["operator_skeleton"]),
-        "redis_roundtrips_per_shard_batch": max(
-            r["round_trips_per_shard_batch"] for r in runs if r["variant"] == "dedup_operator"),
+        **summary,
     }
     write_json(args.output, result)
     return result

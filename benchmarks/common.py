@@ -14,9 +14,11 @@ import math
 import os
 import platform
 import shutil
+import statistics
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,7 +32,10 @@ import pyarrow as pa
 from dedup.cli.progress import Progress
 from dedup.local.services import KafkaBroker, RedisServer
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(os.environ.get("BENCH_RESULTS_DIR")
+                   or Path(__file__).resolve().parent / "results")
+"""Where results are written and read: ``benchmarks/results`` unless the environment
+variable ``BENCH_RESULTS_DIR`` names another folder (smoke runs write to a temp folder)."""
 SUMMARY_PATH = RESULTS_DIR / "summary.json"
 
 
@@ -263,3 +268,308 @@ def publish(file_name: str, setup: dict[str, Any], results: dict[str, Any],
     merge_summary({k: v for k, v in figures.items() if v is not None})
     print(f"wrote {path}: {figures}")
     return path
+
+
+# --- Rounds: each variant once per round, ratios per round, median and spread ---
+
+
+def round_order(variants: Sequence[str], round_index: int, order: str = "rotate") -> list[str]:
+    """The variants of round ``round_index`` in the order they run.
+
+    ``"fixed"``: the given order every round. ``"rotate"`` (default): round k starts
+    at variant k (mod n), so each variant takes a different slot in each round. A
+    fixed order would give every variant the same neighbour and the same slot in
+    every round (the same JIT, GC and Redis/Kafka background state left by the
+    variant before it): a position effect then repeats identically in each round,
+    biases the ratio and never shows in its spread. Rotated, it shows as spread and
+    partly cancels in the median.
+    """
+    if order not in ("rotate", "fixed"):
+        raise ValueError(f"order must be 'rotate' or 'fixed', not {order!r}")
+    items = list(variants)
+    if order == "fixed" or not items:
+        return items
+    k = round_index % len(items)
+    return items[k:] + items[:k]
+
+
+def median(values: Sequence[float]) -> float | None:
+    """The median (mean of the middle two for an even count); None for no values."""
+    return float(statistics.median(values)) if values else None
+
+
+def spread(values: Sequence[float]) -> float | None:
+    """max - min; None for no values (0.0 for one)."""
+    return float(max(values) - min(values)) if values else None
+
+
+def per_round_ratios(runs: Sequence[Mapping[str, Any]], numerator: str, denominator: str,
+                     value: str | Callable[[Mapping[str, Any]], float] = "records_per_s",
+                     digits: int = 3) -> list[float]:
+    """``value(numerator) / value(denominator)`` for each round (``run["round"]``) in
+    which both variants ran, in round order; numerator and baseline always come from
+    the same round. Rounds with a zero baseline are left out."""
+    get = value if callable(value) else (lambda run: float(run[value]))
+    by_round: dict[int, dict[str, Mapping[str, Any]]] = {}
+    for run in runs:
+        by_round.setdefault(int(run.get("round", 0)), {})[str(run["variant"])] = run
+    out: list[float] = []
+    for index in sorted(by_round):
+        pair = by_round[index]
+        if numerator in pair and denominator in pair:
+            value_r = ratio(get(pair[numerator]), get(pair[denominator]), digits)
+            if value_r is not None:
+                out.append(value_r)
+    return out
+
+
+def round_ratio(runs: Sequence[Mapping[str, Any]], name: str, numerator: str,
+                denominator: str,
+                value: str | Callable[[Mapping[str, Any]], float] = "records_per_s",
+                digits: int = 3) -> dict[str, Any]:
+    """``{name: median, name_spread: max - min, name_rounds: per-round values}`` of the
+    ratio ``numerator / denominator`` over the rounds (see :func:`per_round_ratios`)."""
+    rounds = per_round_ratios(runs, numerator, denominator, value, digits)
+    mid, width = median(rounds), spread(rounds)
+    return {name: None if mid is None else round(mid, digits),
+            f"{name}_spread": None if width is None else round(width, digits),
+            f"{name}_rounds": rounds}
+
+
+def variant_medians(runs: Sequence[Mapping[str, Any]], keys: Sequence[str],
+                    digits: int = 9) -> dict[str, dict[str, float | None]]:
+    """Per variant, the median over its runs of each of ``keys`` (runs without a key,
+    or with None, are left out of that key's median)."""
+    variants = list(dict.fromkeys(str(run["variant"]) for run in runs))
+    out: dict[str, dict[str, float | None]] = {}
+    for variant in variants:
+        mine = [run for run in runs if run["variant"] == variant]
+        row: dict[str, float | None] = {}
+        for key in keys:
+            values = [float(run[key]) for run in mine if run.get(key) is not None]
+            mid = median(values)
+            row[key] = None if mid is None else round(mid, digits)
+        out[variant] = row
+    return out
+
+
+# --- CPU seconds per process class, from /proc ---
+
+CPU_CLASSES = ("jvm", "python", "broker", "redis", "driver")
+"""Process classes of :class:`CpuSampler`; ``driver`` is the benchmark's own process."""
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of ``/proc/<pid>/stat`` the sampler needs (times in clock ticks)."""
+
+    pid: int
+    comm: str
+    ppid: int
+    utime: int
+    stime: int
+    cutime: int
+    cstime: int
+    starttime: int
+
+    @property
+    def own(self) -> int:
+        """Ticks of the process itself (all its threads)."""
+        return self.utime + self.stime
+
+    @property
+    def reaped(self) -> int:
+        """Ticks of its children that exited and were waited for (and theirs)."""
+        return self.cutime + self.cstime
+
+
+def read_stat(pid: int, proc: Path = Path("/proc")) -> ProcStat | None:
+    """``/proc/<pid>/stat`` parsed; None when the process is gone or unreadable."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    try:
+        # comm may hold spaces and parentheses: it ends at the last ')'
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        # fields[0] is field 3 (state): field n is fields[n - 3]
+        return ProcStat(pid=pid, comm=comm, ppid=int(fields[1]), utime=int(fields[11]),
+                        stime=int(fields[12]), cutime=int(fields[13]), cstime=int(fields[14]),
+                        starttime=int(fields[19]))
+    except (ValueError, IndexError):
+        return None
+
+
+def process_table(proc: Path = Path("/proc")) -> dict[int, ProcStat]:
+    """Every readable process of ``proc``, by pid."""
+    table: dict[int, ProcStat] = {}
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return table
+    for name in names:
+        if name.isdigit():
+            stat = read_stat(int(name), proc)
+            if stat is not None:
+                table[stat.pid] = stat
+    return table
+
+
+def subtree_ticks(pid: int, table: Mapping[int, ProcStat],
+                  children: Mapping[int, Sequence[int]] | None = None) -> int:
+    """CPU ticks of ``pid`` and its descendants: its own, its waited-for children's
+    (``cutime``/``cstime``, which hold their own waited-for children) and, for each
+    child still alive, that child's subtree. A descendant orphaned to init when its
+    parent died is not counted."""
+    if children is None:
+        children = children_map(table)
+    stat = table.get(pid)
+    if stat is None:
+        return 0
+    return stat.own + stat.reaped + sum(subtree_ticks(c, table, children)
+                                        for c in children.get(pid, ()))
+
+
+def children_map(table: Mapping[int, ProcStat]) -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for stat in table.values():
+        kids.setdefault(stat.ppid, []).append(stat.pid)
+    return kids
+
+
+def _is_python(pid: int, stat: ProcStat, proc: Path) -> bool:
+    if stat.comm.startswith("python"):
+        return True
+    try:
+        argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and (os.path.basename(argv[0]).startswith(b"python")
+                           or any(b"pyspark" in a for a in argv[1:3]))
+
+
+class CpuSampler:
+    """CPU seconds (user + system, from ``/proc/<pid>/stat``) per process class over a
+    measured window: ``start()`` at its beginning, ``stop()`` at its end.
+
+    Classes (a class whose pid is None is not reported):
+
+    * ``jvm``: the Spark JVM (driver and, in ``local[*]``, the executor), its own
+      utime + stime (every thread);
+    * ``python``: the Python processes the JVM started (``pyspark.daemon`` and any
+      worker it runs directly, e.g. a Python data source's planner) with all their
+      descendants (the daemon's forked workers): own time + waited-for children's
+      time + live descendants'. A background thread samples every ``interval``
+      seconds, so a Python child of the JVM that exits inside the window counts
+      with its last sample (the time after it, or all of a child that lives less than
+      ``interval``, is missed); workers that exit under the daemon are counted
+      exactly (the daemon waits for them: its cutime). What the JVM's exited
+      children used in all (Python or not, e.g. a forked ``chmod``) is reported as
+      ``jvm_exited_children`` for comparison;
+    * ``broker`` / ``redis``: the process and its descendants (a Redis AOF rewrite
+      fork counts once it is waited for, or while alive);
+    * ``driver``: this process (the benchmark's Python driver: py4j,
+      ``foreachBatch`` functions), its own time less the sampler thread's own.
+    """
+
+    def __init__(self, pids: Mapping[str, int | None], interval: float = 0.5,
+                 proc: Path = Path("/proc"), driver_pid: int | None = None) -> None:
+        self.pids = {k: v for k, v in pids.items() if v}
+        self.interval = interval
+        self.proc = proc
+        self.driver_pid = os.getpid() if driver_pid is None else driver_pid
+        self.tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        self._python_last: dict[tuple[int, int], int] = {}
+        self._python_base: dict[tuple[int, int], int] = {}
+        self._start: dict[str, int] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._sampler_cpu = 0.0
+        self.samples = 0
+
+    def _python_children(self, table: Mapping[int, ProcStat],
+                         children: Mapping[int, Sequence[int]]) -> dict[tuple[int, int], int]:
+        jvm = self.pids.get("jvm")
+        if jvm is None:
+            return {}
+        return {(pid, table[pid].starttime): subtree_ticks(pid, table, children)
+                for pid in children.get(jvm, ()) if _is_python(pid, table[pid], self.proc)}
+
+    def _sample(self) -> tuple[dict[int, ProcStat], dict[int, list[int]]]:
+        table = process_table(self.proc)
+        children = children_map(table)
+        seen = self._python_children(table, children)
+        with self._lock:
+            self._python_last.update(seen)
+            self.samples += 1
+        return table, children
+
+    def _totals(self, table: Mapping[int, ProcStat],
+                children: Mapping[int, Sequence[int]]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, pid in self.pids.items():
+            if name == "jvm":
+                stat = table.get(pid)
+                out["jvm"] = stat.own if stat else 0
+                out["jvm_exited_children"] = stat.reaped if stat else 0
+            elif name in ("broker", "redis"):
+                out[name] = subtree_ticks(pid, table, children)
+        driver = table.get(self.driver_pid)
+        out["driver"] = driver.own if driver else 0
+        return out
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            before = time.thread_time()
+            self._sample()
+            self._sampler_cpu += time.thread_time() - before
+
+    def start(self) -> CpuSampler:
+        table, children = self._sample()
+        with self._lock:
+            self._python_base = dict(self._python_children(table, children))
+            self._python_last = dict(self._python_base)
+        self._start = self._totals(table, children)
+        self._stop.clear()
+        self._sampler_cpu = 0.0
+        if self.interval > 0 and "jvm" in self.pids:
+            self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds per class since :meth:`start` (``python`` only with a ``jvm``)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        table, children = self._sample()
+        end = self._totals(table, children)
+        out = {name: max(0, end[name] - self._start.get(name, 0)) / self.tick for name in end}
+        if "driver" in out:
+            out["driver"] = max(0.0, out["driver"] - self._sampler_cpu)
+        if "jvm" in self.pids:
+            with self._lock:
+                ticks = sum(max(0, last - self._python_base.get(key, 0))
+                            for key, last in self._python_last.items())
+            out["python"] = ticks / self.tick
+        return {name: round(value, 3) for name, value in out.items()}
+
+
+def cpu_per_record(cpu_s: Mapping[str, float], records: int) -> dict[str, float | None]:
+    """``cpu_s_per_record_<class>`` for each class of :data:`CPU_CLASSES` in ``cpu_s``."""
+    return {f"cpu_s_per_record_{name}": (round(cpu_s[name] / records, 9) if records else None)
+            for name in CPU_CLASSES if name in cpu_s}
+
+
+def spark_jvm_pid(spark: Any) -> int | None:
+    """The pid of the JVM behind a local Spark session (the py4j gateway's process, or
+    else a ``java`` child of this process)."""
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if proc is not None and getattr(proc, "pid", None):
+        return int(proc.pid)
+    table = process_table()
+    return next((pid for pid, stat in table.items()
+                 if stat.ppid == os.getpid() and stat.comm == "java"), None)

@@ -42,6 +42,13 @@ HEADLINES = {
     "sink": ("eos_sink_over_spark_kafka_sink", "eos_weak_sink_over_spark_kafka_sink",
              "eos_sink_over_python_alo_sink", "python_alo_sink_over_spark_kafka_sink"),
 }
+ROUNDED = ("operators", "e2e")
+"""Benchmarks whose ratios are medians over rounds: each headline ratio has its
+``<ratio>_spread`` (max - min over the rounds) beside it in the summary."""
+for _name in ROUNDED:
+    HEADLINES[_name] = HEADLINES[_name] + tuple(
+        f"{key}_spread" for key in HEADLINES[_name]
+        if key != "e2e_eos_over_alo_kafka_double_batch")  # one run: no spread
 
 
 def load(name: str, results: Path = RESULTS_DIR) -> dict[str, Any] | None:
@@ -176,6 +183,31 @@ def _ran(result: dict[str, Any]) -> str:
     return f" (run {date})" if date else ""
 
 
+def _round(run: dict[str, Any]) -> int:
+    """The 1-based round of a run (``repeat`` in results written before rounds)."""
+    return int(run.get("round", run.get("repeat", 0))) + 1
+
+
+def _cpu_table(result: dict[str, Any]) -> list[str]:
+    """Median CPU microseconds per record per process class and variant, when measured."""
+    per_variant = result.get("per_variant") or {}
+    classes = [c for c in ("jvm", "python", "broker", "redis", "driver")
+               if any(m.get(f"cpu_s_per_record_{c}") is not None for m in per_variant.values())]
+    if not classes:
+        return []
+    lines = ["", "CPU microseconds per input record, median over the rounds (user + system "
+             "from /proc; `python`: the Spark JVM's Python workers; `driver`: the "
+             "benchmark's own Python process):", "",
+             "| variant | records/s | " + " | ".join(classes) + " |",
+             "|---|---|" + "---|" * len(classes)]
+    for variant, m in per_variant.items():
+        cells = [f"{m[f'cpu_s_per_record_{c}'] * 1e6:.2f}"
+                 if m.get(f"cpu_s_per_record_{c}") is not None else "-" for c in classes]
+        lines.append(f"| {variant} | {m.get('records_per_s') or 0:,.0f} | "
+                     + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
     dated = sorted((d["metadata"] for d in data.values() if "metadata" in d),
                    key=lambda m: str(m["date"]))
@@ -188,7 +220,9 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         f"PySpark {meta['pyspark']}, librdkafka {meta['librdkafka']}); each section names "
         "the date of its own run. Regenerate with `python -m benchmarks.run_all`. Every "
         "ratio compares variants run in the same run on the same input; > 1 means ours "
-        "is faster.", "",
+        "is faster. Where a value shows a spread, it is the median over rounds (each round "
+        "runs every variant once; the ratio is taken per round) and the spread is max - "
+        "min over the rounds.", "",
         "## Headline figures (`summary.json`)", "",
         "| figure | value | bar | status |", "|---|---|---|---|",
     ]
@@ -265,7 +299,9 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
     ]
     for key, bar, status in bars:
         if key in figures:
-            lines.append(f"| `{key}` | {figures[key]} | {bar} | {status} |")
+            width = figures.get(f"{key}_spread")
+            value = f"{figures[key]} (spread {width})" if width is not None else figures[key]
+            lines.append(f"| `{key}` | {value} | {bar} | {status} |")
     if "operators" in data:
         ops = data["operators"]
         setup = ops["setup"]
@@ -274,10 +310,10 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
                   f"{setup['files']} parquet files, {setup['max_files_per_trigger']} per "
                   "micro-batch), local[2], "
                   f"{setup['shuffle_partitions']} shuffle partitions for all, noop sink.", "",
-                  "| variant | run | seconds | records/s | output correct | state rows |",
+                  "| variant | round | seconds | records/s | output correct | state rows |",
                   "|---|---|---|---|---|---|"]
         for r in ops["runs"]:
-            lines.append(f"| {r['variant']} | {r.get('repeat', 0) + 1} | {r['seconds']} | "
+            lines.append(f"| {r['variant']} | {_round(r)} | {r['seconds']} | "
                          f"{r['records_per_s']:,.0f} | {r.get('output_correct', '-')} | "
                          f"{r.get('state_rows_end', '-')} |")
         diag = load("operators_diag")
@@ -286,6 +322,7 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
                       "settings, `--variants ... --output operators_diag.json`): "
                       + ", ".join(f"{r['variant']} {r['records_per_s']:,.0f} rec/s"
                                   for r in diag["runs"]) + "."]
+        lines += _cpu_table(ops)
         lines += ["", "![operators](operators.png)"]
     if "e2e" in data:
         e2e = data["e2e"]
@@ -293,16 +330,17 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         lines += ["", "## End to end, Kafka to Kafka" + _ran(data["e2e"]), "",
                   f"{setup['records']:,} input records ({setup['dup_rate']:.0%} re-sent), "
                   f"maxOffsetsPerTrigger {setup['per_trigger']:,}.", "",
-                  "| variant | run | seconds | records/s | records out | duplicates out |",
+                  "| variant | round | seconds | records/s | records out | duplicates out |",
                   "|---|---|---|---|---|---|"]
         for r in e2e["runs"]:
-            lines.append(f"| {r['variant']} | {r.get('repeat', 0) + 1} | {r['seconds']} | "
+            lines.append(f"| {r['variant']} | {_round(r)} | {r['seconds']} | "
                          f"{r['records_per_s']:,.0f} | {r['records_out']:,} | "
                          f"{r['duplicates_out']:,} |")
         for r in e2e.get("double_batch_runs", []):
             lines.append(f"| {r['variant']} ({r['per_trigger']:,} per trigger) | 1 | "
                          f"{r['seconds']} | {r['records_per_s']:,.0f} | "
                          f"{r['records_out']:,} | {r['duplicates_out']:,} |")
+        lines += _cpu_table(e2e)
         lines += ["", "![e2e](e2e.png)"]
     if "sink" in data:
         sink = data["sink"]
