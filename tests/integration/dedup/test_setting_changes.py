@@ -166,3 +166,44 @@ def test_a_setting_that_decides_late_records_changed_mid_batch_is_refused_naming
     later = decide(after, "2", np.array(["a", "b", "d"], dtype=object))[STATUS].tolist()
     assert later[0] != KEPT and later[2] == KEPT  # a seen; d new
     assert later[1] == KEPT  # b is not dropped as late any more: claimed now, once
+
+
+@pytest.mark.parametrize("direction", ["fail-to-dead_letter", "dead_letter-to-fail"])
+def test_invalid_ids_changed_mid_batch_keeps_the_decisions_exact(
+        redis_url: str, direction: str) -> None:
+    """``invalid_ids`` changed between two attempts of a batch with an empty ID in it.
+    Under ``fail`` the batch fails before it claims anything; under ``dead_letter`` the
+    invalid row passes unclaimed (for the sink's dead-letter topic) and the rest is
+    claimed. Either way the retry under the other policy decides the valid rows as the
+    first attempt did (or would have), and re-sent copies are dropped after."""
+    import numpy as np
+
+    from dedup import RecordIdError
+    from dedup.config import InvalidIdPolicy
+    from dedup.metrics import DUP_CATALOG, INVALID_ID, KEPT, STATUS
+    from dedup.partition_step import decide_partition
+
+    (query,) = query_ids()
+    fail = DedupConfig(f"inv-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=1,
+                       bloom=BloomConfig(enabled=False))
+    letter = dataclasses.replace(fail, invalid_ids=InvalidIdPolicy.DEAD_LETTER)
+    first, second = (fail, letter) if direction == "fail-to-dead_letter" else (letter, fail)
+    ids = np.array(["a", "", "b"], dtype=object)
+    shards = np.zeros(3, dtype=np.int64)
+
+    def decide(cfg: DedupConfig, batch: str, rows: np.ndarray = ids) -> list[int]:
+        return decide_partition(cfg, rows, shards[:len(rows)], query, batch, query, 0,
+                                now=NOW)[STATUS].tolist()
+
+    if first is fail:
+        with pytest.raises(RecordIdError):
+            decide(fail, "1")
+        assert decide(letter, "1") == [KEPT, INVALID_ID, KEPT]
+    else:
+        assert decide(letter, "1") == [KEPT, INVALID_ID, KEPT]
+        with pytest.raises(RecordIdError, match="filter such rows out"):
+            decide(fail, "1")
+        # its advice: the invalid row filtered out; the valid rows replay their decision
+        assert decide(fail, "1", np.array(["a", "b"], dtype=object)) == [KEPT, KEPT]
+    RedisCatalog(second).commit_progress(query, 1)
+    assert decide(second, "2", np.array(["a", "c"], dtype=object)) == [DUP_CATALOG, KEPT]
