@@ -355,8 +355,12 @@ def variant_medians(runs: Sequence[Mapping[str, Any]], keys: Sequence[str],
 
 # --- CPU seconds per process class, from /proc ---
 
-CPU_CLASSES = ("jvm", "python", "broker", "redis", "driver")
-"""Process classes of :class:`CpuSampler`; ``driver`` is the benchmark's own process."""
+CPU_CLASSES = ("jvm", "python", "broker", "redis", "driver", "jvm_exited_children")
+"""Process classes of :class:`CpuSampler`; ``driver`` is the benchmark's own process,
+``jvm_exited_children`` what the JVM's children that exited in the window used: without
+the native Hadoop library these are mostly ``chmod`` and ``readlink`` forked for every
+checkpoint file (the JVM's work, kept apart), plus any Python child of the JVM that
+exited (also in ``python``; PySpark 4 keeps its Python in long-lived daemons)."""
 
 
 @dataclass(frozen=True)

@@ -191,13 +191,15 @@ def _round(run: dict[str, Any]) -> int:
 def _cpu_table(result: dict[str, Any]) -> list[str]:
     """Median CPU microseconds per record per process class and variant, when measured."""
     per_variant = result.get("per_variant") or {}
-    classes = [c for c in ("jvm", "python", "broker", "redis", "driver")
+    classes = [c for c in ("jvm", "python", "broker", "redis", "driver", "jvm_exited_children")
                if any(m.get(f"cpu_s_per_record_{c}") is not None for m in per_variant.values())]
     if not classes:
         return []
     lines = ["", "CPU microseconds per input record, median over the rounds (user + system "
              "from /proc; `python`: the Spark JVM's Python workers; `driver`: the "
-             "benchmark's own Python process):", "",
+             "benchmark's own Python process; `jvm_exited_children`: processes the JVM "
+             "forked that exited, mostly Hadoop's `chmod` / `readlink` per checkpoint "
+             "file):", "",
              "| variant | records/s | " + " | ".join(classes) + " |",
              "|---|---|" + "---|" * len(classes)]
     for variant, m in per_variant.items():

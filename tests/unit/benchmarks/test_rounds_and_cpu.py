@@ -136,8 +136,10 @@ def test_operators_summary_and_report_carry_the_spread() -> None:
 
 
 def test_cpu_per_record() -> None:
-    assert cpu_per_record({"jvm": 2.0, "python": 1.0, "jvm_exited_children": 5.0}, 1000) == {
-        "cpu_s_per_record_jvm": 0.002, "cpu_s_per_record_python": 0.001}
+    assert cpu_per_record({"jvm": 2.0, "python": 1.0, "jvm_exited_children": 5.0,
+                           "unknown": 1.0}, 1000) == {
+        "cpu_s_per_record_jvm": 0.002, "cpu_s_per_record_python": 0.001,
+        "cpu_s_per_record_jvm_exited_children": 0.005}
     assert cpu_per_record({"redis": 1.0}, 0) == {"cpu_s_per_record_redis": None}
 
 
