@@ -30,8 +30,8 @@ The catalog stores an ID as its 16-byte BLAKE2b digest (:func:`id_digests`, form
 memory per ID instead of a set member's 90 or more. Two IDs with one digest would
 count as one: at 10**10 IDs the chance that any two collide is below 10**-18.
 
-Clients are created lazily, one per worker process and URL, and the scripts
-are registered once per client (redis-py reloads them on NOSCRIPT).
+Clients are created lazily, one per worker process and :class:`RedisConfig`, and the
+scripts are registered once per client (:mod:`dedup.redis_client`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import pkgutil
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -55,7 +53,6 @@ from dedup.constants import KEY_PREFIX
 from dedup.exceptions import (
     AppIdInUseError,
     CatalogStateError,
-    CatalogUnavailableError,
     DedupError,
     ReplicaAckError,
     SettingChangedError,
@@ -63,6 +60,7 @@ from dedup.exceptions import (
     UnsafeSettingError,
 )
 from dedup.failover import ride_out_failover
+from dedup.redis_client import client_and_scripts, redis_errors
 from dedup.redis_nodes import client_for_key, is_cluster, node_clients, refresh_topology
 
 log = logging.getLogger(__name__)
@@ -143,7 +141,6 @@ CATALOG_FORMAT = "2"
 digests in strings indexed by linear hashing (``idstore.lua``). A catalog of another
 format is refused."""
 DIGEST_BYTES = 16
-_ID_STORE_SCRIPTS = ("claim", "snapshot", "contains", "import")
 
 
 def id_digests(ids: Sequence[str]) -> list[bytes]:
@@ -178,21 +175,6 @@ def split_digests(blob: bytes) -> list[bytes]:
     return [blob[i:i + DIGEST_BYTES] for i in range(0, len(blob), DIGEST_BYTES)]
 
 
-def _script(name: str) -> str:
-    # pkgutil works from an installed package, a checkout and a zip on the
-    # executors' path alike (importlib.resources tripped over a namespace path)
-    data = pkgutil.get_data("dedup", f"lua/{name}")
-    if data is None:
-        raise CatalogStateError(f"Lua script dedup/lua/{name} is missing from the package")
-    text = data.decode()
-    if name.removesuffix(".lua") in _ID_STORE_SCRIPTS:
-        # Redis runs one chunk per script: the ID index's functions go in front
-        text = _script("idstore.lua") + "\n" + text
-    return text
-
-
-_CLIENTS: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
-_CLIENTS_LOCK = threading.Lock()
 # (app id, query id) -> (decision, fence) of the last lease taken in this process:
 # the lease is taken (and renewed) once per batch, not once per shard.
 _FENCES: dict[tuple[str, str], tuple[str, int]] = {}
@@ -209,21 +191,6 @@ QUERY_RECORD_WAIT = 10.0
 # (url, app id) -> the replicas its claims wait for, read once per process from the
 # app's meta when the config leaves it to the recorded count
 _REPLICAS: dict[tuple[str, str], int] = {}
-
-
-def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
-    """This process's client for ``redis_config`` and its registered scripts."""
-    key = (redis_config.url, repr(sorted(redis_config.options.items())))
-    with _CLIENTS_LOCK:
-        found = _CLIENTS.get(key)
-        if found is None:
-            with redis_errors(redis_config, "connecting"):  # a cluster client connects now
-                client = redis_config.client()
-            scripts = {name: client.register_script(_script(f"{name}.lua"))
-                       for name in ("claim", "snapshot", "gc", "lease", "contains", "import",
-                                    "join")}
-            found = _CLIENTS[key] = (client, scripts)
-        return found
 
 
 @contextmanager
@@ -260,40 +227,6 @@ def _pipelined(client: Any, calls: list[tuple[str, Any]]) -> list[Any]:
             for index, reply in zip(order, pipe.execute(), strict=True):
                 replies[index] = reply
         return replies
-
-
-@contextmanager
-def redis_errors(redis_config: RedisConfig, what: str) -> Iterator[None]:
-    """Turn redis-py errors into this toolkit's, naming the (redacted) URL."""
-    import redis
-    from redis.exceptions import RedisClusterException
-
-    try:
-        yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-            # a Redis Cluster in a failover: no primary for a slot yet, or the slot
-            # moved under a node client; the batch's retry finds the new primary
-            redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
-            redis.exceptions.AskError, RedisClusterException) as exc:
-        raise CatalogUnavailableError(
-            f"Redis at {redact_url(redis_config.url)} is unreachable during {what} "
-            f"({type(exc).__name__}: {exc}); the batch fails and Spark retries it. Check that "
-            "Redis runs and the URL, password and TLS settings are right"
-        ) from exc
-    except redis.exceptions.ReadOnlyError as exc:
-        if not redis_config.cluster:
-            raise CatalogStateError(
-                f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}"
-            ) from exc
-        # a cluster node demoted by a failover, still in this client's slot map
-        raise CatalogUnavailableError(
-            f"Redis at {redact_url(redis_config.url)} is failing over during {what} "
-            f"({type(exc).__name__}: {exc}); the batch fails and Spark retries it"
-        ) from exc
-    except redis.exceptions.ResponseError as exc:
-        raise CatalogStateError(
-            f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}"
-        ) from exc
 
 
 class _RedisTopology:

@@ -35,6 +35,7 @@ from typing import Any
 from dedup.config import redact_url
 from dedup.constants import KEY_PREFIX
 from dedup.failover import ride_out_failover
+from dedup.redis_client import connect
 from dedup.redis_nodes import node_clients
 from sinks.config import sink_identity
 from sinks.exceptions import (
@@ -45,7 +46,6 @@ from sinks.exceptions import (
     UnsafeSinkSettingError,
 )
 
-_CLIENTS: dict[tuple[str, float], Any] = {}
 _SCRIPTS: dict[tuple[int, str], Any] = {}  # (id(client), name) -> its registered script
 # (Redis url, output, query id, run id) -> the last batch this process recorded
 _JOINED: dict[tuple[str, str, str, str], int] = {}
@@ -144,7 +144,7 @@ class CheckpointStore:
     """Per-(app, query, batch, partition) checkpoints in Redis.
 
     Safe to use from many processes; the client is created lazily and cached
-    per worker process, so an instance is cheap to pickle and ship.
+    per worker process and Redis config, so an instance is cheap to pickle and ship.
     """
 
     def __init__(self, redis_config: Any, app_id: str, output_name: str = "") -> None:
@@ -170,11 +170,10 @@ class CheckpointStore:
 
     @property
     def client(self) -> Any:
-        cache_key = (self.redis_config.url, self.redis_config.socket_timeout)
-        client = _CLIENTS.get(cache_key)
-        if client is None:
-            client = _CLIENTS[cache_key] = self.redis_config.client()
-        return client
+        """This process's client for the store's :class:`~dedup.config.RedisConfig`,
+        shared with the catalog (:func:`dedup.redis_client.connect`); redis-py's
+        errors as they are."""
+        return connect(self.redis_config)[0]
 
     def key(self, query_id: str, batch: int, partition: int) -> str:
         return f"{KEY_PREFIX}:{{{self.identity}:p{partition}}}:sink:ckpt:{query_id}:{batch}"
