@@ -1,0 +1,303 @@
+"""Exhaustive exploration of the protocol model (docs/model.md).
+
+Breadth-first search over every reachable state of a bounded instance, with
+state hashing. At every state: the failure-transparency check
+(:func:`tests.model.protocol.violations`). After the search: liveness, i.e.
+from every reachable state some path of non-failure steps (the protocol and
+Spark's or the operator's recovery) reaches completion; with finitely many
+failures and fair scheduling every batch's output then becomes visible.
+
+    python -m tests.model.explore [--bound small|full] [--form F] [--mutant NAME]
+                                  [--all-mutants] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+
+from tests.model.protocol import (
+    FAILURE_KINDS,
+    FORMS,
+    MUTANTS,
+    Instance,
+    State,
+    canonical,
+    complete,
+    expected_outputs,
+    initial_state,
+    successors,
+    violations,
+)
+
+# Shard of each record ID: a, c in shard 0 (partition 0); b, d in shard 1 (partition 1).
+SHARD_OF = (("a", 0), ("b", 1), ("c", 0), ("d", 1))
+# Batch 0 repeats a inside the batch; batch 1 repeats b from batch 0 (its partition 1 then
+# has nothing to write), and brings c.
+INPUT_CI = ((("a", 1), ("b", 2), ("a", 3)),
+            (("b", 4), ("c", 5)))
+# As above, and batch 1 brings d to partition 1 beside the repeated b.
+INPUT_SMALL = ((("a", 1), ("b", 2), ("a", 3)),
+               (("b", 4), ("c", 5), ("d", 6)))
+
+_ALL_BUT_ZOMBIE = tuple(k for k in FAILURE_KINDS if k != "zombie")
+
+BOUNDS: dict[str, dict[str, object]] = {
+    # The pytest bound: 2 batches x 2 partitions x 2 shards, 2 Python workers, one failure
+    # (a fail-point's raise or the driver's kill) anywhere.
+    "ci": dict(batches=INPUT_CI, workers=2, crashes=1, zombies=0,
+               kinds=("failpoint", "driver")),
+    # One failure of any kind but a zombie, anywhere: a fail-point, a worker's SIGKILL at any
+    # step, the driver, a transaction timeout, a broker restart, a Redis failover, a takeover.
+    "small": dict(batches=INPUT_SMALL, workers=2, crashes=1, zombies=0, kinds=_ALL_BUT_ZOMBIE),
+    # One zombie plus one failure of any kind.
+    "zombie": dict(batches=INPUT_SMALL, workers=2, crashes=1, zombies=1, kinds=FAILURE_KINDS),
+    # Up to 2 failures of any kind and 1 zombie: bounded by --max-seconds on this machine.
+    "full": dict(batches=INPUT_SMALL, workers=2, crashes=2, zombies=1, kinds=FAILURE_KINDS),
+}
+
+
+def instance(bound: str, form: str, mutant: str = "", **overrides: object) -> Instance:
+    spec = {**BOUNDS[bound], **overrides}
+    return Instance(name=f"{bound}/{form}" + (f"/{mutant}" if mutant else ""), form=form,
+                    batches=spec["batches"], shard_of=SHARD_OF,  # type: ignore[arg-type]
+                    workers=spec["workers"], crashes=spec["crashes"],  # type: ignore[arg-type]
+                    zombies=spec["zombies"], kinds=frozenset(spec["kinds"]),  # type: ignore
+                    mutant=mutant)
+
+
+@dataclass
+class Result:
+    inst: Instance
+    states: int = 0
+    edges: int = 0
+    seconds: float = 0.0
+    complete_states: int = 0
+    violation: list[str] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+    kind: str = ""
+    """'' (none), 'safety' or 'liveness'."""
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.kind and not self.truncated
+
+    def summary(self) -> str:
+        verdict = ("OK" if self.ok else "TRUNCATED" if self.truncated and not self.kind
+                   else f"VIOLATION ({self.kind})")
+        return (f"{self.inst.name}: {verdict}; {self.states:,} states, {self.edges:,} steps, "
+                f"{self.complete_states:,} complete, {self.seconds:.1f} s")
+
+    def report(self) -> str:
+        lines = [self.summary()]
+        if self.kind:
+            lines += ["", f"{self.kind} violation:", *[f"  - {v}" for v in self.violation], "",
+                      "trace (from the initial state):"]
+            lines += [f"  {n:3d}. {step}" for n, step in enumerate(self.trace, 1)]
+        return "\n".join(lines)
+
+
+def explore(inst: Instance, max_states: int = 6_000_000, max_seconds: float = 600.0,
+            liveness: bool = True) -> Result:
+    """Search every reachable state of ``inst``; stop at the first safety violation.
+
+    Visited states are kept as 64-bit fingerprints (Python's tuple hash, as TLC keeps
+    fingerprints); the frontier holds the states themselves. A trace is rebuilt by
+    replaying, from the initial state, the successor chosen at each step.
+    """
+    started = time.monotonic()
+    expected = expected_outputs(inst)
+    result = Result(inst)
+    init = canonical(initial_state(inst))
+    seen: dict[int, int] = {hash(init): 0}
+    parent = array("l", [-1])
+    choice = array("l", [-1])
+    # non-failure edges, for liveness (CSR: starts[i]..starts[i+1] in targets)
+    targets = array("l")
+    starts = array("l")
+    goal = bytearray()
+    queue: deque[tuple[int, State]] = deque([(0, init)])
+    while queue:
+        i, s = queue.popleft()
+        starts.append(len(targets))
+        goal.append(1 if complete(inst, s) else 0)
+        bad = violations(inst, s, expected)
+        if bad:
+            result.kind, result.violation = "safety", bad
+            result.trace = _trace(inst, parent, choice, i)
+            break
+        for n, (_, kind, nxt) in enumerate(successors(inst, s)):
+            result.edges += 1
+            nxt = canonical(nxt)
+            h = hash(nxt)
+            j = seen.get(h)
+            if j is None:
+                j = len(parent)
+                seen[h] = j
+                parent.append(i)
+                choice.append(n)
+                queue.append((j, nxt))
+            if kind != "failure":
+                targets.append(j)
+        if len(parent) > max_states or time.monotonic() - started > max_seconds:
+            result.truncated = True
+            break
+    result.states = len(parent)
+    result.complete_states = sum(goal)
+    if liveness and not result.kind and not result.truncated:
+        starts.append(len(targets))
+        dead = _not_live(starts, targets, goal)
+        if dead >= 0:
+            result.kind = "liveness"
+            result.trace = _trace(inst, parent, choice, dead)
+            s = _replay(inst, parent, choice, dead)
+            result.violation = [
+                "no failure-free path from this state reaches completion (every batch in "
+                f"Spark's commit log); Spark committed {max(s.commits)} of "
+                f"{len(inst.batches)} batches",
+                *[f"enabled: {label} [{kind}]" for label, kind, _ in successors(inst, s)][:12],
+                f"state: driver {s.drv}, lease {s.lease}, tasks {list(s.tasks)}"]
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _path(parent: array, choice: array, index: int) -> list[int]:
+    steps = []
+    while index > 0:
+        steps.append(choice[index])
+        index = parent[index]
+    return steps[::-1]
+
+
+def _replay(inst: Instance, parent: array, choice: array, index: int) -> State:
+    s = canonical(initial_state(inst))
+    for n in _path(parent, choice, index):
+        s = canonical(successors(inst, s)[n][2])
+    return s
+
+
+def _trace(inst: Instance, parent: array, choice: array, index: int) -> list[str]:
+    s = canonical(initial_state(inst))
+    labels = []
+    for n in _path(parent, choice, index):
+        label, _, nxt = successors(inst, s)[n]
+        labels.append(label)
+        s = canonical(nxt)
+    return labels
+
+
+def _not_live(starts: array, targets: array, goal: bytearray) -> int:
+    """The first state (in BFS order: a shortest trace) from which no goal is reachable
+    along non-failure edges, or -1."""
+    n = len(goal)
+    reverse: list[list[int]] = [[] for _ in range(n)]
+    for src in range(n):
+        for k in range(starts[src], starts[src + 1]):
+            reverse[targets[k]].append(src)
+    live = bytearray(goal)
+    stack = [i for i in range(n) if goal[i]]
+    while stack:
+        j = stack.pop()
+        for i in reverse[j]:
+            if not live[i]:
+                live[i] = 1
+                stack.append(i)
+    return next((i for i in range(n) if not live[i]), -1)
+
+
+def run_bound(bound: str, forms: tuple[str, ...] = FORMS, mutant: str = "",
+              max_seconds: float = 600.0, echo: bool = True) -> list[Result]:
+    results = []
+    for form in forms:
+        res = explore(instance(bound, form, mutant), max_seconds=max_seconds)
+        if echo:
+            print(res.report() if res.kind else res.summary(), flush=True)
+        results.append(res)
+    return results
+
+
+MUTANT_FORMS: dict[str, tuple[str, ...]] = {
+    # the forms where each mutant's branch exists (the sink alone makes no claims)
+    "no_fencing": ("two_step", "one_pass", "sink_only"),
+    "marker_ignored": ("two_step", "one_pass", "sink_only"),
+    "claim_not_idempotent": ("two_step", "one_pass"),
+    "stale_bloom_trusted": ("two_step", "one_pass"),
+    "checkpoint_after_emit": ("two_step", "one_pass", "sink_only"),
+    "lease_not_checked": ("two_step", "one_pass"),
+    "decisions_gc_early": ("two_step", "one_pass"),
+    "checkpoint_per_attempt": ("two_step", "one_pass", "sink_only"),
+}
+
+
+def catch_mutant(bound: str, mutant: str, max_seconds: float = 600.0) -> Result:
+    """Explore the mutant's forms until one shows a violation (the counterexample)."""
+    last = None
+    for form in MUTANT_FORMS[mutant]:
+        last = explore(instance(bound, form, mutant), max_seconds=max_seconds)
+        if last.kind:
+            return last
+    assert last is not None
+    return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.model.explore",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bound", choices=sorted(BOUNDS), default="small")
+    parser.add_argument("--form", choices=FORMS, action="append",
+                        help="a form to explore (repeatable; default: all)")
+    parser.add_argument("--mutant", choices=sorted(MUTANTS),
+                        help="explore a deliberately broken variant: expect a counterexample")
+    parser.add_argument("--all-mutants", action="store_true",
+                        help="check that every mutant is caught")
+    parser.add_argument("--max-seconds", type=float, default=600.0)
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(argv)
+    forms = tuple(args.form) if args.form else FORMS
+    started = time.monotonic()
+    figures: dict[str, object] = {"bound": args.bound}
+    if args.mutant:
+        res = catch_mutant(args.bound, args.mutant, args.max_seconds)
+        print(res.report())
+        return 0 if res.kind else 1
+    results = run_bound(args.bound, forms, max_seconds=args.max_seconds)
+    figures["model_states_explored"] = sum(r.states for r in results)
+    figures["model_violations"] = sum(1 for r in results if r.kind)
+    figures["per_form"] = {r.inst.form: {"states": r.states, "steps": r.edges,
+                                         "seconds": round(r.seconds, 1),
+                                         "violation": r.kind or None,
+                                         "truncated": r.truncated} for r in results}
+    code = 0 if all(r.ok for r in results) else 1
+    if args.all_mutants:
+        caught = {}
+        for mutant in MUTANTS:
+            res = catch_mutant(args.bound, mutant, args.max_seconds)
+            caught[mutant] = {"caught": bool(res.kind), "form": res.inst.form,
+                              "kind": res.kind or None, "states": res.states,
+                              "seconds": round(res.seconds, 1),
+                              "first_problem": res.violation[0] if res.violation else None,
+                              "trace_steps": len(res.trace)}
+            print(f"mutant {mutant}: {'caught' if res.kind else 'NOT CAUGHT'} "
+                  f"({res.summary()})", flush=True)
+        figures["model_mutants"] = len(caught)
+        figures["model_mutants_caught"] = sum(1 for c in caught.values() if c["caught"])
+        figures["per_mutant"] = caught
+        if figures["model_mutants_caught"] != len(caught):
+            code = 1
+    figures["seconds"] = round(time.monotonic() - started, 1)
+    print(json.dumps({k: v for k, v in figures.items() if k.startswith("model_")}))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(figures, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

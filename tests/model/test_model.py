@@ -1,0 +1,125 @@
+"""The protocol model (docs/model.md): the reduced exploration finds nothing, every model
+mutant is caught with a counterexample, and the model's crash points are the code's
+fail-points."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.model.explore import BOUNDS, explore, instance
+from tests.model.protocol import (
+    CRASH_POINTS,
+    FORMS,
+    MUTANTS,
+    NOT_MODELLED_FAIL_POINTS,
+    expected_outputs,
+    initial_state,
+    successors,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Each mutant with the form and the one failure that shows it (the CI bound's layout):
+# a breadth-first search stops at its first violation, so each takes a few seconds.
+MUTANT_CASES = {
+    "no_fencing": ("sink_only", dict(crashes=0, zombies=1, kinds=("zombie",))),
+    "marker_ignored": ("two_step", dict(crashes=1, zombies=0, kinds=("driver",))),
+    "claim_not_idempotent": ("one_pass", dict(crashes=1, zombies=0, kinds=("failpoint",))),
+    "stale_bloom_trusted": ("one_pass", dict(crashes=0, zombies=1, kinds=("zombie",))),
+    "checkpoint_after_emit": ("sink_only", dict(crashes=1, zombies=0, kinds=("failpoint",))),
+    "lease_not_checked": ("one_pass", dict(crashes=2, zombies=0,
+                                           kinds=("driver", "takeover"))),
+    "decisions_gc_early": ("one_pass", dict(crashes=1, zombies=0, kinds=("failpoint",))),
+    "checkpoint_per_attempt": ("sink_only", dict(crashes=1, zombies=0, kinds=("failpoint",))),
+}
+
+
+def _code_fail_points() -> set[str]:
+    """Names passed to ``fail_point("...")`` anywhere in dedup/ and sinks/ (by the AST)."""
+    names: set[str] = set()
+    for folder in ("dedup", "sinks"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) in
+                        ("fail_point", "clock_offset") and node.args
+                        and isinstance(node.args[0], ast.Constant)):
+                    names.add(str(node.args[0].value))
+    return names
+
+
+def test_the_models_crash_points_are_the_codes_fail_points() -> None:
+    code = _code_fail_points()
+    assert code, "no fail_point(...) call found: the scan is broken"
+    modelled = set(CRASH_POINTS)
+    skipped = set(NOT_MODELLED_FAIL_POINTS)
+    assert not modelled & skipped
+    assert modelled - code == set(), f"model crash points the code has no fail-point for: " \
+                                     f"{sorted(modelled - code)}"
+    assert code - modelled - skipped == set(), (
+        f"code fail-points the model neither fires nor lists as not modelled: "
+        f"{sorted(code - modelled - skipped)}")
+    assert skipped <= code, f"listed as not modelled but gone from the code: {skipped - code}"
+
+
+def test_every_fail_point_the_model_fires_is_reached() -> None:
+    """Each named crash point is a reachable place of a task in some form."""
+    reached: set[str] = set()
+    for form in FORMS:
+        inst = instance("ci", form, crashes=0, zombies=0)
+        frontier, seen = [initial_state(inst)], set()
+        while frontier:
+            s = frontier.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            reached |= {t.fp for t in s.tasks if t.fp}
+            frontier += [n for _, _, n in successors(inst, s)]
+    assert reached == set(CRASH_POINTS)
+
+
+def test_the_failure_free_output_is_first_occurrences() -> None:
+    inst = instance("ci", "one_pass")
+    assert expected_outputs(inst) == (((("a", 1),), (("b", 2),)), ((("c", 5),), ()))
+    assert expected_outputs(instance("ci", "sink_only"))[1][1] == (("b", 4),)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_reduced_exploration_finds_no_violation(form: str) -> None:
+    result = explore(instance("ci", form), max_seconds=120)
+    assert not result.truncated, result.summary()
+    assert result.ok, result.report()
+    assert result.complete_states > 0 and result.states > 1_000
+
+
+def test_the_bounds_meet_the_minimum() -> None:
+    for name, spec in BOUNDS.items():
+        batches = spec["batches"]
+        assert len(batches) >= 2, name  # type: ignore[arg-type]
+        ids = [[r[0] for r in b] for b in batches]  # type: ignore[union-attr]
+        assert any(len(set(b)) < len(b) for b in ids), f"{name}: no duplicate in a batch"
+        assert set(ids[0]) & set(ids[1]), f"{name}: no duplicate across batches"
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_each_mutant_is_caught_with_a_counterexample(mutant: str) -> None:
+    form, bound = MUTANT_CASES[mutant]
+    result = explore(instance("ci", form, mutant, **bound), max_seconds=120)
+    assert result.kind, f"mutant {mutant} not caught: {result.summary()}"
+    assert result.trace and result.violation
+    report = result.report()
+    assert "trace (from the initial state):" in report and "FAILURE" in report
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("DEDUP_MODEL_FULL"),
+                    reason="minutes per form: set DEDUP_MODEL_FULL=1 to run")
+@pytest.mark.parametrize("form", FORMS)
+def test_small_bound_exploration_finds_no_violation(form: str) -> None:
+    """One failure of every kind but a zombie, exhaustively (minutes: not in the default
+    run; ``DEDUP_MODEL_FULL=1 pytest tests/model -m slow``)."""
+    result = explore(instance("small", form), max_seconds=900)
+    assert result.ok, result.report()
