@@ -262,3 +262,27 @@ def test_sampler_on_this_process_sees_its_cpu() -> None:
     assert cpu["python"] >= 0.25  # the child's start and its busy 0.3 s
     assert sampler.samples >= 3
     assert set(cpu) == {"jvm", "jvm_exited_children", "python", "driver"}
+
+
+def test_run_all_passes_repeats_to_the_benchmarks_in_rounds(monkeypatch: Any) -> None:
+    from benchmarks import common, run_all
+
+    commands: list[list[str]] = []
+
+    def call(command: list[str]) -> int:
+        commands.append(command)
+        return 0
+
+    monkeypatch.setattr(run_all.subprocess, "call", call)
+    monkeypatch.setattr(report, "main", lambda: {})
+    monkeypatch.setattr(common, "write_json", lambda name, data: Path(name))
+    monkeypatch.setattr(common, "run_metadata", lambda: {})
+    assert run_all.main(["--quick", "--repeats", "2",
+                         "--only", "bench_bloom,bench_operators,bench_e2e"]) == 0
+    assert [c[2:] for c in commands] == [
+        ["benchmarks.bench_bloom", "--quick"],
+        ["benchmarks.bench_operators", "--quick", "--repeats", "2"],
+        ["benchmarks.bench_e2e", "--quick", "--repeats", "2"]]
+    # benchmarks.common is imported here: its RESULTS_DIR could no longer follow
+    with pytest.raises(SystemExit):
+        run_all.main(["--results-dir", "/tmp/x", "--only", "bench_bloom"])
