@@ -25,6 +25,9 @@ call stays within one Redis Cluster slot:
 ``dedup:query:{q}:apps``      hash: app id -> the first batch it claimed in, for
                               streaming query ``q`` (:meth:`RedisCatalog.join_query`)
 
+The key names are built in :mod:`dedup.keys` (imported here for the callers that
+know them from this module).
+
 The catalog stores an ID as its 16-byte BLAKE2b digest (:func:`id_digests`, format
 :data:`CATALOG_FORMAT`) in strings of concatenated digests: about 25 bytes of Redis
 memory per ID instead of a set member's 90 or more. Two IDs with one digest would
@@ -49,7 +52,6 @@ from typing import Any
 import numpy as np
 
 from dedup.config import DedupConfig, RedisConfig, redact_url
-from dedup.constants import KEY_PREFIX
 from dedup.exceptions import (
     AppIdInUseError,
     CatalogStateError,
@@ -60,62 +62,22 @@ from dedup.exceptions import (
     UnsafeSettingError,
 )
 from dedup.failover import ride_out_failover
+from dedup.keys import (
+    ack_key,
+    decisions_key,
+    index_key,
+    journal_key,
+    lease_key,
+    meta_key,
+    queries_key,
+    query_apps_key,
+    slot_ack_key,
+    state_key,
+)
 from dedup.redis_client import client_and_scripts, redis_errors
 from dedup.redis_nodes import client_for_key, is_cluster, node_clients, refresh_topology
 
 log = logging.getLogger(__name__)
-
-
-def shard_tag(app_id: str, shard: int) -> str:
-    """Hash tag shared by every key of one shard."""
-    return f"{{{app_id}:s{shard}}}"
-
-
-def state_key(app_id: str, shard: int) -> str:
-    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:state"
-
-
-def decisions_key(app_id: str, shard: int) -> str:
-    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:dec"
-
-
-def journal_key(app_id: str, shard: int) -> str:
-    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:jr"
-
-
-def index_key(app_id: str, shard: int, bucket: int) -> str:
-    """The index of the IDs ``shard`` claimed in time bucket ``bucket``; its sub-buckets
-    are ``<index key>:<n>`` (``idstore.lua``)."""
-    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:idx:{bucket}"
-
-
-def ack_key(app_id: str, shard: int) -> str:
-    return f"{KEY_PREFIX}:{shard_tag(app_id, shard)}:ack"
-
-
-def slot_ack_key(key: str) -> str:
-    """A key in the slot of ``key`` (same hash tag) that an acknowledged write sets
-    before its ``WAIT``, so the ``WAIT`` covers the write even when the write itself
-    changed nothing (a record that an unacknowledged attempt already made)."""
-    return key.rpartition(":")[0] + ":ack"
-
-
-def meta_key(app_id: str) -> str:
-    return f"{KEY_PREFIX}:{{{app_id}}}:meta"
-
-
-def lease_key(app_id: str) -> str:
-    return f"{KEY_PREFIX}:{{{app_id}}}:lease"
-
-
-def queries_key(app_id: str) -> str:
-    return f"{KEY_PREFIX}:{{{app_id}}}:queries"
-
-
-def query_apps_key(query_id: str) -> str:
-    """Hash of the app ids that deduplicate streaming query ``query_id`` (each with
-    the first batch it claimed in); its own slot, found by the query id alone."""
-    return f"{KEY_PREFIX}:query:{{{query_id}}}:apps"
 
 
 def live_buckets(config: DedupConfig, now: float) -> list[int]:

@@ -20,23 +20,18 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from dedup.catalog import (
-    CATALOG_FORMAT,
-    RedisCatalog,
-    _text,
-    client_and_scripts,
+from dedup.catalog import CATALOG_FORMAT, RedisCatalog, _text, id_digests
+from dedup.config import DedupConfig
+from dedup.exceptions import AppIdInUseError, CatalogStateError, ShardCountMismatchError
+from dedup.keys import (
     decisions_key,
-    id_digests,
     index_key,
     journal_key,
     meta_key,
-    redis_errors,
-    shard_tag,
+    old_id_sets_pattern,
     state_key,
 )
-from dedup.config import DedupConfig
-from dedup.constants import KEY_PREFIX
-from dedup.exceptions import AppIdInUseError, CatalogStateError, ShardCountMismatchError
+from dedup.redis_client import client_and_scripts, redis_errors
 
 __all__ = ["MIGRATION_QUERY_ID", "MigrationReport", "migrate_catalog"]
 
@@ -102,7 +97,7 @@ def migrate_catalog(config: DedupConfig, chunk: int = 10_000,
         _refuse_batch_job_claims(catalog)
         ids = buckets = decisions = 0
         for shard in range(cfg.num_shards):
-            pattern = f"{KEY_PREFIX}:{shard_tag(app, shard)}:ids:*"
+            pattern = old_id_sets_pattern(app, shard)
             with redis_errors(cfg.redis, "listing the old ID sets"):
                 old_keys = sorted(client.scan_iter(match=pattern, count=1000))
             for key in old_keys:

@@ -1,7 +1,8 @@
 """Strong productions: a partition's output, checkpointed in Redis before it is emitted.
 
-Key layout (``{...}`` is the Redis Cluster hash tag, one slot per (app, partition);
-``<app>`` is the app id, or ``<app id>/<output.name>`` when that option is set):
+Key layout, built in :mod:`dedup.keys` (``{...}`` is the Redis Cluster hash tag, one
+slot per (app, partition); ``<app>`` is the app id, or ``<app id>/<output.name>`` when
+that option is set):
 
 ``dedup:{<app>:p<partition>}:sink:ckpt:<query id>:<batch>``
     The partition's input rows with their record IDs (Arrow IPC stream, as
@@ -33,8 +34,15 @@ import io
 from typing import Any
 
 from dedup.config import redact_url
-from dedup.constants import KEY_PREFIX
 from dedup.failover import ride_out_failover
+from dedup.keys import (
+    query_outputs_key,
+    sink_checkpoint_index_key,
+    sink_checkpoint_key,
+    sink_lease_key,
+    sink_marker_key,
+    sink_meta_key,
+)
 from dedup.redis_client import connect
 from dedup.redis_nodes import node_clients
 from sinks.config import sink_identity
@@ -100,12 +108,6 @@ return {1}
 
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-def query_outputs_key(query_id: str) -> str:
-    """Hash of the outputs that write streaming query ``query_id``, each with the last
-    batch it began and that batch's run; its own slot, found by the query id alone."""
-    return f"{KEY_PREFIX}:query:{{{query_id}}}:outputs"
 
 
 def encode_batches(batches: list[Any]) -> bytes:
@@ -176,24 +178,24 @@ class CheckpointStore:
         return connect(self.redis_config)[0]
 
     def key(self, query_id: str, batch: int, partition: int) -> str:
-        return f"{KEY_PREFIX}:{{{self.identity}:p{partition}}}:sink:ckpt:{query_id}:{batch}"
+        return sink_checkpoint_key(self.identity, query_id, batch, partition)
 
     @property
     def index_key(self) -> str:
-        return f"{KEY_PREFIX}:{{{self.identity}}}:sink:ckpt-index"
+        return sink_checkpoint_index_key(self.identity)
 
     def marker_key(self, partition: int) -> str:
         """Hash with the Redis copy of a partition's batch marker (``committed``,
         ``intent``): Kafka deletes its own after ``offsets.retention.minutes``."""
-        return f"{KEY_PREFIX}:{{{self.identity}:p{partition}}}:sink:marker"
+        return sink_marker_key(self.identity, partition)
 
     @property
     def meta_key(self) -> str:
-        return f"{KEY_PREFIX}:{{{self.identity}}}:sink:meta"
+        return sink_meta_key(self.identity)
 
     @property
     def lease_key(self) -> str:
-        return f"{KEY_PREFIX}:{{{self.identity}}}:sink:lease"
+        return sink_lease_key(self.identity)
 
     def _script(self, name: str, source: str, keys: list[str], args: list[Any],
                 what: str) -> list[Any]:

@@ -15,12 +15,12 @@ from dedup.catalog import (
     journal_key,
     live_buckets,
     meta_key,
-    shard_tag,
     state_key,
 )
 from dedup.claim import ShardClaimer
 from dedup.config import BloomConfig, DedupConfig, RedisConfig, RetentionConfig
 from dedup.exceptions import ConfigError, RecordIdError
+from dedup.keys import shard_tag
 from dedup.metrics import DUP_CATALOG, DUP_IN_BATCH, KEPT, LATE_DROPPED, DedupMetrics
 from dedup.partition_step import (
     decide_partition,
