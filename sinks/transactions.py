@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -143,14 +145,49 @@ def close_clients() -> None:
 atexit.register(close_clients)
 
 
+_T = TypeVar("_T")
+
+
+def unhandled(call: Callable[[], _T]) -> _T:
+    """``call()`` (a Kafka client call), run where no exception is being handled.
+
+    confluent-kafka (2.16.1) keeps a reference to the exception being handled
+    whenever one of its calls raises inside an ``except`` block, for the life of
+    the process; through that exception's traceback it keeps the failed attempt's
+    frames, with the partition's records and the producer. Spark moves sink
+    partitions between Python workers, so a cached producer is fenced and dropped
+    (its ``flush`` raises) at about every batch: a worker grew by each batch it
+    wrote (issue 38). Outside a handler the call runs here; inside one, in a thread
+    of its own, which handles nothing, and what it raises is raised here.
+    """
+    if sys.exc_info()[1] is None:
+        return call()
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # raised in the caller's thread below
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name="dedup-kafka-call", daemon=True)
+    thread.start()
+    thread.join()
+    done, value = outcome.pop()
+    if not done:
+        raise value
+    return value
+
+
 def drop_producer(transactional_id: str) -> None:
-    """Forget (and close) the cached producer of ``transactional_id``."""
+    """Forget (and close) the cached producer of ``transactional_id``. Callable from an
+    ``except`` block (see :func:`unhandled`)."""
     producer = _PRODUCERS.pop(transactional_id, None)
     _MARKERS.pop(transactional_id, None)
     if producer is not None:
         with contextlib.suppress(Exception):  # the producer is already broken
-            producer.purge()
-            producer.flush(0)
+            unhandled(producer.purge)
+            unhandled(functools.partial(producer.flush, 0))
 
 
 def get_producer(config: SinkConfig, partition: int) -> tuple[Producer, bool]:
@@ -424,11 +461,14 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
     if known is not None:
         marker_qid, next_batch = known
     else:
+        pending = False
         try:
             with clock("marker"):
                 marker_qid, next_batch = read_marker(
                     config, partition, patience=None if fresh else STALE_PRODUCER_PATIENCE_S)
         except MarkerPendingError:
+            pending = True  # the client calls below out of the handler (see unhandled)
+        if pending:
             # Another writer's open transaction holds the marker; only a new
             # producer's init_transactions() aborts it.
             drop_producer(txn_id)
@@ -663,7 +703,7 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
             producer = _PRODUCERS.get(txn_id)
             try:
                 if producer is not None:
-                    producer.abort_transaction(CALL_TIMEOUT_S)
+                    unhandled(functools.partial(producer.abort_transaction, CALL_TIMEOUT_S))
             except KafkaException as abort_exc:
                 drop_producer(txn_id)
                 raise _classify(abort_exc, f"abort of {txn_id}") from abort_exc
