@@ -43,6 +43,7 @@ from dedup.metrics import (
     ROUND_TRIPS,
     STATUS,
 )
+from dedup.spark_session import task_batch
 from dedup.worker_imports import keep_static_archive_caches
 
 STATIC_QUERY_ID = "static"
@@ -229,8 +230,7 @@ class PartitionStep:
 
         keep_static_archive_caches()  # per-task overhead of the worker, see the module
         ctx = TaskContext.get()
-        query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
-        batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
+        query_id, batch_id = task_batch(ctx, self.streaming)  # classic, or Spark Connect's tag
         partition = ctx.partitionId() if ctx else -1
         lease_owner = query_id or ""
         if not query_id or batch_id is None:

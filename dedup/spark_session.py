@@ -1,8 +1,35 @@
-"""Helpers for the SparkSession the toolkit's data sources are used with."""
+"""Helpers for the SparkSession the toolkit runs with, classic or Spark Connect.
+
+Nothing here reaches into the JVM through private PySpark attributes
+(``_jvm``, ``_jsparkSession``, ``sparkContext``...): a Spark Connect session
+has none of them, and the same code must serve both modes
+(``tests/unit/test_connect_safe.py`` keeps it so).
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+from dedup.exceptions import ConfigError
+
+# Where classic PySpark keeps a micro-batch's identity on the calling JVM thread.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+RUN_ID_PROPERTY = "spark.jobGroup.id"  # Spark runs a micro-batch under its run id's job group
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+JOB_TAGS_PROPERTY = "spark.job.tags"
+BATCH_TAG = "dedup-batch="
+"""Job tag ``dedup-batch=<query id>/<batch id>`` set by :func:`batch_scope` (Spark Connect)."""
+CONNECT_TAG = "SparkConnect_"
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` (a SparkSession or DataFrame) belongs to Spark Connect."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def make_active(spark: Any) -> None:
@@ -14,5 +41,189 @@ def make_active(spark: Any) -> None:
     driver thread), and ``format("exactly_once_kafka")`` then fails with
     ``ClassNotFoundException: exactly_once_kafka.DefaultSource`` although the
     source is registered.
+
+    Classic PySpark's ``createDataFrame`` makes its session the calling
+    thread's active one (JVM and Python); an empty local relation costs no
+    job. A Spark Connect session has no JVM thread of its own here: the
+    server resolves each request in the session that sent it, so nothing is
+    needed.
     """
-    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    if is_connect(spark):
+        return
+    spark.createDataFrame([], "_dedup_active int")
+
+
+def batch_identity(df: Any) -> tuple[str | None, str | None]:
+    """``(query id, run id)`` of the streaming query whose ``foreachBatch`` got ``df``
+    (None where it cannot be told). Call on the driver, inside the function.
+
+    Classic: the local properties Spark sets on the micro-batch's thread (the
+    function runs on it). Spark Connect runs the function in a Python process
+    of the server, whose requests run on other threads without those
+    properties: the query is then the one active query of ``df``'s session
+    (the session that started it); with several active there, None (the
+    caller asks for an explicit name rather than guess).
+    """
+    spark = df.sparkSession
+    if is_connect(spark):
+        active = spark.streams.active
+        if len(active) != 1:
+            return None, None
+        return str(active[0].id), str(active[0].runId)
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context  # classic only (not reached under Connect)
+    if context is None:
+        return None, None
+    return (context.getLocalProperty(QUERY_ID_PROPERTY) or None,
+            context.getLocalProperty(RUN_ID_PROPERTY) or None)
+
+
+def query_session(df: Any) -> Any:
+    """The session whose query manager runs the streaming query of ``df``, a
+    ``foreachBatch`` DataFrame, or None when there is none.
+
+    Classic: the micro-batch DataFrame belongs to the query's cloned session,
+    whose query manager and listener bus never hear the query; the session
+    that started it is, in nearly every program, the process's first one
+    (what ``builder.getOrCreate()`` returns while a SparkContext runs). Spark
+    Connect: ``df``'s session is the one that started the query.
+    """
+    spark = df.sparkSession
+    if is_connect(spark):
+        return spark
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:  # stopping: do not start another
+        return None
+    return SparkSession.builder.getOrCreate()
+
+
+@contextmanager
+def batch_scope(df: Any, batch_id: int, query_id: str | None = None) -> Iterator[None]:
+    """Inside a ``foreachBatch`` function: let the tasks of the jobs started in the
+    block see which micro-batch they compute, as classic Spark does by itself.
+
+    ``dedup.deduplicate`` upstream of the function needs it: its decisions are
+    recorded under the query and batch id, so that a re-run of the batch
+    replays them. Classic Spark passes both to the tasks (local properties of
+    the micro-batch's thread): nothing to do. Spark Connect runs the function
+    in a process of the server whose jobs carry neither; this tags them with
+    ``dedup-batch=<query id>/<batch id>`` (a job tag, which does reach the
+    tasks). ``query_id``: the name to record decisions under, the same on
+    every run from one checkpoint; default the query's id (see
+    :func:`batch_identity`; with several queries in the session, pass it).
+    The toolkit's foreachBatch sinks do this themselves.
+    """
+    spark = df.sparkSession
+    if not is_connect(spark):
+        yield
+        return
+    if query_id is None:
+        query_id, _ = batch_identity(df)
+        if query_id is None:
+            raise ConfigError(
+                "batch_scope under Spark Connect: the session runs several streaming queries, "
+                "so this micro-batch's query cannot be told: pass query_id (a stable name, "
+                "the same across restarts of this query)")
+    tag = f"{BATCH_TAG}{query_id}/{int(batch_id)}"
+    spark.addTag(tag)
+    try:
+        yield
+    finally:
+        spark.removeTag(tag)
+
+
+def task_batch(context: Any, streaming: bool) -> tuple[str | None, str | None]:
+    """``(query id, batch id)`` of the micro-batch the running task computes, from
+    its local properties (classic Spark) or the tag of :func:`batch_scope` (Spark
+    Connect); ``(None, None)`` outside a micro-batch. Worker side.
+
+    Raises :class:`~dedup.exceptions.ConfigError` for a task of a streaming
+    plan (``streaming``) run by Spark Connect without either: a ``foreachBatch``
+    function's job, whose re-run could not replay its decisions.
+    """
+    if context is None:
+        return None, None
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+    batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+    if query_id and batch_id is not None:
+        return query_id, batch_id
+    tags = context.getLocalProperty(JOB_TAGS_PROPERTY) or ""
+    for tag in tags.split(","):
+        _, found, value = tag.rpartition("_Tag_" + BATCH_TAG)
+        if found and "/" in value:
+            query_id, _, batch_id = value.rpartition("/")
+            return query_id, batch_id
+    if streaming and CONNECT_TAG in tags:
+        raise ConfigError(
+            "dedup.deduplicate feeds a foreachBatch function under Spark Connect, whose "
+            "jobs do not tell their tasks the micro-batch: write with "
+            "ExactlyOnceKafkaForeachBatch or deduplicate_to_kafka, or run the function's "
+            "body in `with dedup.spark_session.batch_scope(df, batch_id):`")
+    return query_id, batch_id  # as found (the caller falls back to a batch DataFrame's token)
+
+
+# Spark application ids whose Python workers were seen to import the toolkit
+_WORKERS_CHECKED: set[str] = set()
+_WORKERS_LOCK = threading.Lock()
+
+
+class WorkerImportError(RuntimeError):
+    """Spark's Python workers cannot import a module the toolkit runs there."""
+
+
+def check_worker_imports(spark: Any, modules: Sequence[str]) -> None:
+    """Refuse, in one line, when Spark's Python workers cannot import ``modules``.
+
+    One tiny job (one task) per Spark application and process, the first
+    time; later calls return at once. A worker on another Python than the
+    one with the toolkit installed (``PYSPARK_PYTHON`` unset or wrong) would
+    otherwise fail each task with an import error deep in a stack trace.
+    Raises :class:`WorkerImportError` naming the missing modules, the
+    worker's Python and what ``PYSPARK_PYTHON`` must be.
+    """
+    try:
+        app = str(spark.conf.get("spark.app.id"))
+    except Exception:  # no app id to key by: check every time
+        app = ""
+    key = f"{app}:{','.join(sorted(modules))}"
+    with _WORKERS_LOCK:
+        if app and key in _WORKERS_CHECKED:
+            return
+    wanted = list(modules)
+
+    def probe(batches: Iterator[Any]) -> Iterator[Any]:
+        import importlib
+        import sys as worker_sys
+
+        import pyarrow as pa
+
+        missing = []
+        for name in wanted:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:
+                missing.append(f"{name} ({type(exc).__name__}: {exc})")
+        yield pa.RecordBatch.from_pydict({"python": [worker_sys.executable],
+                                          "missing": [json.dumps(missing)]})
+
+    fix = (f"set PYSPARK_PYTHON (and spark.pyspark.python) to the Python that has "
+           f"spark-exactly-once-dedup and its dependencies installed (here: {sys.executable})")
+    try:
+        rows = spark.range(1, numPartitions=1).mapInArrow(
+            probe, "python string, missing string").collect()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WorkerImportError(
+            f"Spark's Python workers could not run the toolkit's import check ({first[:300]}): "
+            f"{fix}") from None
+    missing = json.loads(rows[0]["missing"]) if rows else []
+    if missing:
+        raise WorkerImportError(
+            f"Spark's Python workers ({rows[0]['python']}) cannot import "
+            f"{'; '.join(missing)}: {fix}")
+    if app:
+        with _WORKERS_LOCK:
+            _WORKERS_CHECKED.add(key)
