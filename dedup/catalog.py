@@ -138,12 +138,15 @@ def split_digests(blob: bytes) -> list[bytes]:
 
 
 # (app id, query id) -> (decision, fence) of the last lease taken in this process:
-# the lease is taken (and renewed) once per batch, not once per shard.
+# the lease is taken (and renewed) once per batch, not once per shard. Bound: one entry
+# per query this process serves (replaced each batch, dropped when the lease is released).
 _FENCES: dict[tuple[str, str], tuple[str, int]] = {}
-# (url, app id, query id) that joined the query in this process (join.lua, once)
+# (url, app id, query id) that joined the query in this process (join.lua, once).
+# Bound: one entry per query this process serves, never per batch.
 _JOINED: set[tuple[str, str, str]] = set()
 # (url, app id, query id) refused in this process as unknown to its Redis: a task's
-# retry is refused at once instead of waiting out QUERY_RECORD_WAIT again
+# retry is refused at once instead of waiting out QUERY_RECORD_WAIT again. Bound: one
+# entry per refused query (each one fails its query).
 _UNKNOWN: set[tuple[str, str, str]] = set()
 # How long a claim past batch 0 of a query its Redis has no record of waits for the
 # record of the query's committed batches before it refuses: the streaming operator's
@@ -151,7 +154,8 @@ _UNKNOWN: set[tuple[str, str, str]] = set()
 # asynchronously, so the next batch's first claim can come a moment before it.
 QUERY_RECORD_WAIT = 10.0
 # (url, app id) -> the replicas its claims wait for, read once per process from the
-# app's meta when the config leaves it to the recorded count
+# app's meta when the config leaves it to the recorded count. Bound: one entry per
+# (Redis, app id) this process serves.
 _REPLICAS: dict[tuple[str, str], int] = {}
 
 

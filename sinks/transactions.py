@@ -88,8 +88,11 @@ CLIENT_LOG = logging.getLogger("sinks.librdkafka")
 """Where the sink's producers log (librdkafka's own lines, by default on stderr)."""
 CLIENT_LOG.addFilter(_FenceIsRoutine())
 
+# Bound of the three: one entry per transactional id (output and partition) this process
+# writes, never per batch; a fenced or failed producer is dropped (drop_producer), and
+# its marker with it.
 _PRODUCERS: dict[str, Producer] = {}
-_CONSUMERS: dict[str, Consumer] = {}
+_CONSUMERS: dict[str, Consumer] = {}  # per marker group, the same bound
 _MARKERS: dict[str, tuple[str | None, int]] = {}
 """The batch marker of a transactional id as its cached producer last saw or committed it.
 
@@ -245,7 +248,7 @@ def call_with_deadline(call: Callable[[], None], seconds: float, what: str) -> N
         raise outcome[0]
 
 
-_CLUSTER_IDS: dict[str, str] = {}
+_CLUSTER_IDS: dict[str, str] = {}  # bound: one entry per bootstrap servers list
 
 
 def cluster_id(config: SinkConfig) -> str:
