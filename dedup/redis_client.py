@@ -18,8 +18,10 @@ from typing import Any
 from dedup.config import RedisConfig, redact_url
 from dedup.exceptions import CatalogStateError, CatalogUnavailableError
 
-SCRIPTS = ("claim", "snapshot", "gc", "lease", "contains", "import", "join")
-"""The scripts registered on every client, each ``dedup/lua/<name>.lua``."""
+SCRIPTS = ("claim", "snapshot", "gc", "lease", "contains", "import", "join",
+           "sink_lease", "sink_join")
+"""The scripts registered on every client, each ``dedup/lua/<name>.lua``: the catalog's,
+and the sink's (``sink_*``: its output's lease and the outputs of a query)."""
 _ID_STORE_SCRIPTS = ("claim", "snapshot", "contains", "import")
 
 _CLIENTS: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}

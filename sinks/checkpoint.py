@@ -54,56 +54,8 @@ from sinks.exceptions import (
     UnsafeSinkSettingError,
 )
 
-_SCRIPTS: dict[tuple[int, str], Any] = {}  # (id(client), name) -> its registered script
 # (Redis url, output, query id, run id) -> the last batch this process recorded
 _JOINED: dict[tuple[str, str, str, str], int] = {}
-
-# Take (or renew) or release the output's lease, atomically, on Redis's clock.
-# KEYS[1] the lease hash; ARGV: query id, lease ms, "take" | "release".
-# Reply {1, "", 0} when held by the caller (or released), {0, owner, ms left} when
-# another query holds it.
-_LEASE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if ARGV[3] == 'release' then
-  if owner == ARGV[1] then redis.call('DEL', KEYS[1]) end
-  return {1, '', 0}
-end
-local until_ms = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')
-if owner and owner ~= ARGV[1] and until_ms > now then
-  return {0, owner, until_ms - now}
-end
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'until', now + tonumber(ARGV[2]))
-return {1, '', 0}
-"""
-
-# Record that an output begins a batch of a query (see the module's key layout).
-# KEYS[1] the query's outputs hash; ARGV: output, batch, run id, topic option, Kafka
-# cluster id. Reply {1} when recorded; refused: {0, other output, its batch} (a new
-# output on a batch another one began in an earlier run) or {2, old topic, batch, old
-# cluster} (this output began the batch in an earlier run, to another topic or cluster).
-_JOIN_LUA = """
-local batch = tonumber(ARGV[2])
-local mine = redis.call('HGET', KEYS[1], ARGV[1])
-if mine then
-  local began, run, topic, cluster = string.match(mine, '^(%d+):([^:]*):?([^:]*):?(.*)$')
-  if began and tonumber(began) >= batch and run ~= ARGV[3]
-      and ((topic ~= '' and topic ~= ARGV[4]) or (cluster ~= '' and cluster ~= ARGV[5])) then
-    return {2, topic, began, cluster}
-  end
-else
-  local all = redis.call('HGETALL', KEYS[1])
-  for i = 1, #all, 2 do
-    local began, run = string.match(all[i + 1], '^(%d+):([^:]*)')
-    if began and tonumber(began) >= batch and run ~= ARGV[3] then
-      return {0, all[i], began}
-    end
-  end
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5])
-return {1}
-"""
 
 
 def _text(raw: Any) -> str:
@@ -197,19 +149,16 @@ class CheckpointStore:
     def lease_key(self) -> str:
         return sink_lease_key(self.identity)
 
-    def _script(self, name: str, source: str, keys: list[str], args: list[Any],
-                what: str) -> list[Any]:
+    def _script(self, name: str, keys: list[str], args: list[Any], what: str) -> list[Any]:
+        """Run script ``dedup/lua/<name>.lua``, registered once per client
+        (:mod:`dedup.redis_client`)."""
         def run() -> list[Any]:
-            client = self.client
-            script = _SCRIPTS.get((id(client), name))
-            if script is None:
-                script = _SCRIPTS[(id(client), name)] = client.register_script(source)
-            return list(script(keys=keys, args=args))
+            return list(connect(self.redis_config)[1][name](keys=keys, args=args))
 
         return list(self._call(what, run))
 
     def _lease(self, query_id: str, lease_ms: int, mode: str) -> list[Any]:
-        return self._script("lease", _LEASE_LUA, [self.lease_key], [query_id, lease_ms, mode],
+        return self._script("sink_lease", [self.lease_key], [query_id, lease_ms, mode],
                             f"{mode} the lease of sink output {self.identity!r}")
 
     def join_query(self, query_id: str, run_id: str, batch: int, topic: str = "",
@@ -233,7 +182,7 @@ class CheckpointStore:
         seen = (self.redis_config.url, self.identity, query_id, run_id)
         if _JOINED.get(seen) == batch:
             return
-        reply = self._script("join", _JOIN_LUA, [query_outputs_key(query_id)],
+        reply = self._script("sink_join", [query_outputs_key(query_id)],
                              [self.identity, batch, run_id, topic, cluster],
                              f"record that sink output {self.identity!r} begins batch {batch}")
         if int(reply[0]) == 0:
