@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import pkgutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -71,34 +71,55 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
 
 
 @contextmanager
-def redis_errors(redis_config: RedisConfig, what: str) -> Iterator[None]:
-    """Turn redis-py errors into this toolkit's, naming the (redacted) URL."""
+def redis_errors(redis_config: RedisConfig, what: str,
+                 raise_as: Callable[[str, BaseException], Exception] | None = None
+                 ) -> Iterator[None]:
+    """Turn redis-py errors into this toolkit's, naming the (redacted) URL.
+
+    ``raise_as``: what every redis-py error raised while trying to ``what`` becomes,
+    made from ``what`` and the error (the sink's checkpoint store raises its own
+    :class:`~sinks.exceptions.CheckpointUnavailableError`); without it, the catalog's:
+    :class:`CatalogUnavailableError` for an unreachable Redis or one failing over,
+    :class:`CatalogStateError` for a refusal, other errors unchanged."""
     import redis
     from redis.exceptions import RedisClusterException
 
     try:
         yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-            # a Redis Cluster in a failover: no primary for a slot yet, or the slot
-            # moved under a node client; the batch's retry finds the new primary
-            redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
-            redis.exceptions.AskError, RedisClusterException) as exc:
-        raise CatalogUnavailableError(
+    except (redis.exceptions.RedisError, RedisClusterException) as exc:
+        error = (raise_as(what, exc) if raise_as is not None
+                 else _catalog_error(redis_config, what, exc))
+        if error is None:
+            raise
+        raise error from exc
+
+
+def _catalog_error(redis_config: RedisConfig, what: str, exc: BaseException
+                   ) -> Exception | None:
+    """The catalog's error for redis-py's ``exc``, or None to raise ``exc`` unchanged."""
+    import redis
+    from redis.exceptions import RedisClusterException
+
+    if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                        # a Redis Cluster in a failover: no primary for a slot yet, or the
+                        # slot moved under a node client; the batch's retry finds the new
+                        # primary
+                        redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
+                        redis.exceptions.AskError, RedisClusterException)):
+        return CatalogUnavailableError(
             f"Redis at {redact_url(redis_config.url)} is unreachable during {what} "
             f"({type(exc).__name__}: {exc}); the batch fails and Spark retries it. Check that "
             "Redis runs and the URL, password and TLS settings are right"
-        ) from exc
-    except redis.exceptions.ReadOnlyError as exc:
+        )
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
         if not redis_config.cluster:
-            raise CatalogStateError(
-                f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}"
-            ) from exc
+            return CatalogStateError(
+                f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}")
         # a cluster node demoted by a failover, still in this client's slot map
-        raise CatalogUnavailableError(
+        return CatalogUnavailableError(
             f"Redis at {redact_url(redis_config.url)} is failing over during {what} "
             f"({type(exc).__name__}: {exc}); the batch fails and Spark retries it"
-        ) from exc
-    except redis.exceptions.ResponseError as exc:
-        raise CatalogStateError(
-            f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}"
-        ) from exc
+        )
+    if isinstance(exc, redis.exceptions.ResponseError):
+        return CatalogStateError(f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}")
+    return None

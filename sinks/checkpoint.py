@@ -43,7 +43,7 @@ from dedup.keys import (
     sink_marker_key,
     sink_meta_key,
 )
-from dedup.redis_client import connect
+from dedup.redis_client import connect, redis_errors
 from dedup.redis_nodes import node_clients
 from sinks.config import sink_identity
 from sinks.exceptions import (
@@ -253,14 +253,9 @@ class CheckpointStore:
         right after the other and would all fail inside the failover. Other errors,
         and the last one once the wait is used up, raise
         :class:`CheckpointUnavailableError` (the task fails)."""
-        import redis
-        from redis.exceptions import RedisClusterException
-
         def once() -> Any:
-            try:
+            with redis_errors(self.redis_config, what, self.unreachable):
                 return fn()
-            except (redis.RedisError, RedisClusterException) as exc:
-                raise self.unreachable(what, exc) from exc
 
         return ride_out_failover(once, _Topology(self), "", lambda: 0,
                                  self.redis_config.failover_wait,
@@ -321,23 +316,22 @@ class CheckpointStore:
         if not self.redis_config.require_persistence:
             return
         import redis
-        from redis.exceptions import RedisClusterException
 
-        try:
-            # every node of a cluster: a failover makes a replica the primary
-            found = {name: node.config_get("appendonly").get("appendonly")
-                     for name, node in node_clients(self.client)}
-        except redis.ResponseError as exc:
-            # CONFIG disabled or not permitted (managed Redis): persistence cannot
-            # be verified, so fail closed as the dedup core does; the operator
-            # who knows it is on says so with the opt-out.
-            raise UnsafeSinkSettingError(
-                f"the checkpoint Redis refused CONFIG GET appendonly ({exc}), so persistence "
-                "cannot be verified; if AOF is known to be on (managed Redis), set option "
-                "redis.require.persistence=false"
-            ) from exc
-        except (redis.RedisError, RedisClusterException) as exc:
-            raise self.unreachable("check its persistence settings", exc) from exc
+        with redis_errors(self.redis_config, "check its persistence settings",
+                          self.unreachable):
+            try:
+                # every node of a cluster: a failover makes a replica the primary
+                found = {name: node.config_get("appendonly").get("appendonly")
+                         for name, node in node_clients(self.client)}
+            except redis.ResponseError as exc:
+                # CONFIG disabled or not permitted (managed Redis): persistence cannot
+                # be verified, so fail closed as the dedup core does; the operator
+                # who knows it is on says so with the opt-out.
+                raise UnsafeSinkSettingError(
+                    f"the checkpoint Redis refused CONFIG GET appendonly ({exc}), so "
+                    "persistence cannot be verified; if AOF is known to be on (managed "
+                    "Redis), set option redis.require.persistence=false"
+                ) from exc
         off = sorted(name or "" for name, value in found.items() if value != "yes")
         if off:
             where = f" (node {', '.join(off)})" if off != [""] else ""
