@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from array import array
@@ -28,6 +29,7 @@ from tests.model.protocol import (
     Instance,
     State,
     canonical,
+    canonical_order,
     complete,
     expected_outputs,
     initial_state,
@@ -48,10 +50,11 @@ INPUT_SMALL = ((("a", 1), ("b", 2), ("a", 3)),
 _ALL_BUT_ZOMBIE = tuple(k for k in FAILURE_KINDS if k != "zombie")
 
 BOUNDS: dict[str, dict[str, object]] = {
-    # The pytest bound: 2 batches x 2 partitions x 2 shards, 2 Python workers, one failure
-    # (a fail-point's raise or the driver's kill) anywhere.
-    "ci": dict(batches=INPUT_CI, workers=2, crashes=1, zombies=0,
-               kinds=("failpoint", "driver")),
+    # The pytest bounds, 2 batches x 2 partitions x 2 shards. ci: one Python worker (the
+    # zombies a driver's kill leaves finish before the restarted run's tasks start), up to
+    # 2 failures of every kind but a zombie; ci_zombie: 2 workers and 1 zombie.
+    "ci": dict(batches=INPUT_CI, workers=1, crashes=2, zombies=0, kinds=_ALL_BUT_ZOMBIE),
+    "ci_zombie": dict(batches=INPUT_CI, workers=2, crashes=0, zombies=1, kinds=FAILURE_KINDS),
     # One failure of any kind but a zombie, anywhere: a fail-point, a worker's SIGKILL at any
     # step, the driver, a transaction timeout, a broker restart, a Redis failover, a takeover.
     "small": dict(batches=INPUT_SMALL, workers=2, crashes=1, zombies=0, kinds=_ALL_BUT_ZOMBIE),
@@ -59,13 +62,22 @@ BOUNDS: dict[str, dict[str, object]] = {
     "zombie": dict(batches=INPUT_SMALL, workers=2, crashes=1, zombies=1, kinds=FAILURE_KINDS),
     # Up to 2 failures of any kind and 1 zombie: bounded by --max-seconds on this machine.
     "full": dict(batches=INPUT_SMALL, workers=2, crashes=2, zombies=1, kinds=FAILURE_KINDS),
+    # Two shards per partition (a, c in partition 0's shards 0 and 2), the driver's kill and
+    # a takeover: a zombie of the old query claims a shard the new owner has not claimed
+    # yet (docs/model.md, "Finding: a zombie claims after a takeover").
+    "takeover4": dict(batches=((("a", 1), ("c", 2), ("b", 3), ("c", 6)),
+                               (("a", 4), ("d", 5))),
+                      shard_of=(("a", 0), ("b", 1), ("c", 2), ("d", 3)), shards=4,
+                      workers=2, crashes=2, zombies=0, kinds=("driver", "takeover")),
 }
 
 
 def instance(bound: str, form: str, mutant: str = "", **overrides: object) -> Instance:
     spec = {**BOUNDS[bound], **overrides}
     return Instance(name=f"{bound}/{form}" + (f"/{mutant}" if mutant else ""), form=form,
-                    batches=spec["batches"], shard_of=SHARD_OF,  # type: ignore[arg-type]
+                    batches=spec["batches"],  # type: ignore[arg-type]
+                    shard_of=spec.get("shard_of", SHARD_OF),  # type: ignore[arg-type]
+                    shards=spec.get("shards", 2),  # type: ignore[arg-type]
                     workers=spec["workers"], crashes=spec["crashes"],  # type: ignore[arg-type]
                     zombies=spec["zombies"], kinds=frozenset(spec["kinds"]),  # type: ignore
                     mutant=mutant)
@@ -183,12 +195,18 @@ def _replay(inst: Instance, parent: array, choice: array, index: int) -> State:
 
 
 def _trace(inst: Instance, parent: array, choice: array, index: int) -> list[str]:
-    s = canonical(initial_state(inst))
+    """The labels of the path to ``index``, with each worker named as it was first
+    named (the search renumbers workers canonically at every state)."""
+    s, _ = canonical_order(initial_state(inst))
+    physical = list(range(inst.workers))  # canonical index -> the worker's stable name
     labels = []
     for n in _path(parent, choice, index):
         label, _, nxt = successors(inst, s)[n]
-        labels.append(label)
-        s = canonical(nxt)
+        names = list(physical)
+        labels.append(re.sub(r"\bon w(\d+)", lambda m, names=names: f"on w{names[int(m[1])]}",
+                             label))
+        s, order = canonical_order(nxt)
+        physical = [physical[old] for old in order]
     return labels
 
 
@@ -256,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="explore a deliberately broken variant: expect a counterexample")
     parser.add_argument("--all-mutants", action="store_true",
                         help="check that every mutant is caught")
+    parser.add_argument("--mutant-bound", choices=sorted(BOUNDS), default="full",
+                        help="the bound mutants are searched in (a search stops at its first "
+                             "counterexample; default: full)")
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
@@ -263,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     figures: dict[str, object] = {"bound": args.bound}
     if args.mutant:
-        res = catch_mutant(args.bound, args.mutant, args.max_seconds)
+        res = catch_mutant(args.mutant_bound, args.mutant, args.max_seconds)
         print(res.report())
         return 0 if res.kind else 1
     results = run_bound(args.bound, forms, max_seconds=args.max_seconds)
@@ -277,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.all_mutants:
         caught = {}
         for mutant in MUTANTS:
-            res = catch_mutant(args.bound, mutant, args.max_seconds)
+            res = catch_mutant(args.mutant_bound, mutant, args.max_seconds)
             caught[mutant] = {"caught": bool(res.kind), "form": res.inst.form,
                               "kind": res.kind or None, "states": res.states,
                               "seconds": round(res.seconds, 1),
@@ -285,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                               "trace_steps": len(res.trace)}
             print(f"mutant {mutant}: {'caught' if res.kind else 'NOT CAUGHT'} "
                   f"({res.summary()})", flush=True)
+        figures["mutant_bound"] = args.mutant_bound
         figures["model_mutants"] = len(caught)
         figures["model_mutants_caught"] = sum(1 for c in caught.values() if c["caught"])
         figures["per_mutant"] = caught

@@ -797,16 +797,21 @@ def check(inst: Instance, s: State,
 def canonical(s: State) -> State:
     """The state with its Python workers renumbered in a canonical order: workers are
     interchangeable, so states that differ only by which worker is which are one."""
+    return canonical_order(s)[0]
+
+
+def canonical_order(s: State) -> tuple[State, list[int]]:
+    """:func:`canonical` and the order: new worker k is old worker order[k]."""
     n = len(s.filters)
     if n < 2:
-        return s
+        return s, list(range(n))
     def key(w: int) -> str:
         own = [t._replace(w=0) for t in s.tasks if t.w == w]
         return repr((s.filters[w], s.prods[w], own))
     order = sorted(range(n), key=key)
     if order == list(range(n)):
-        return s
+        return s, order
     new_of = {old: new for new, old in enumerate(order)}
     return s._replace(filters=tuple(s.filters[w] for w in order),
                       prods=tuple(s.prods[w] for w in order),
-                      tasks=tuple(sorted(t._replace(w=new_of[t.w]) for t in s.tasks)))
+                      tasks=tuple(sorted(t._replace(w=new_of[t.w]) for t in s.tasks))), order

@@ -23,15 +23,17 @@ from tests.model.protocol import (
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Each mutant with the form and the one failure that shows it (the CI bound's layout):
+# Each mutant with the form and the failures that show it (the CI bound's input; two
+# workers where a zombie must run beside its retry):
 # a breadth-first search stops at its first violation, so each takes a few seconds.
 MUTANT_CASES = {
-    "no_fencing": ("sink_only", dict(crashes=0, zombies=1, kinds=("zombie",))),
+    "no_fencing": ("sink_only", dict(workers=2, crashes=0, zombies=1, kinds=("zombie",))),
     "marker_ignored": ("two_step", dict(crashes=1, zombies=0, kinds=("driver",))),
     "claim_not_idempotent": ("one_pass", dict(crashes=1, zombies=0, kinds=("failpoint",))),
-    "stale_bloom_trusted": ("one_pass", dict(crashes=0, zombies=1, kinds=("zombie",))),
+    "stale_bloom_trusted": ("one_pass", dict(workers=2, crashes=0, zombies=1,
+                                             kinds=("zombie",))),
     "checkpoint_after_emit": ("sink_only", dict(crashes=1, zombies=0, kinds=("failpoint",))),
-    "lease_not_checked": ("one_pass", dict(crashes=2, zombies=0,
+    "lease_not_checked": ("one_pass", dict(workers=2, crashes=2, zombies=0,
                                            kinds=("driver", "takeover"))),
     "decisions_gc_early": ("one_pass", dict(crashes=1, zombies=0, kinds=("failpoint",))),
     "checkpoint_per_attempt": ("sink_only", dict(crashes=1, zombies=0, kinds=("failpoint",))),
@@ -87,12 +89,13 @@ def test_the_failure_free_output_is_first_occurrences() -> None:
     assert expected_outputs(instance("ci", "sink_only"))[1][1] == (("b", 4),)
 
 
+@pytest.mark.parametrize("bound", ["ci", "ci_zombie"])
 @pytest.mark.parametrize("form", FORMS)
-def test_reduced_exploration_finds_no_violation(form: str) -> None:
-    result = explore(instance("ci", form), max_seconds=120)
+def test_reduced_exploration_finds_no_violation(form: str, bound: str) -> None:
+    result = explore(instance(bound, form), max_seconds=120)
     assert not result.truncated, result.summary()
     assert result.ok, result.report()
-    assert result.complete_states > 0 and result.states > 1_000
+    assert result.complete_states > 0 and result.states > 10_000
 
 
 def test_the_bounds_meet_the_minimum() -> None:
@@ -122,4 +125,12 @@ def test_small_bound_exploration_finds_no_violation(form: str) -> None:
     """One failure of every kind but a zombie, exhaustively (minutes: not in the default
     run; ``DEDUP_MODEL_FULL=1 pytest tests/model -m slow``)."""
     result = explore(instance("small", form), max_seconds=900)
+    assert result.ok, result.report()
+
+
+@pytest.mark.xfail(strict=True, reason="finding (docs/model.md): after a takeover, a zombie of "
+                   "the old query claims with its cached fence a shard the new owner has not "
+                   "claimed yet, and the new owner drops those IDs as seen")
+def test_a_zombie_of_a_query_taken_over_cannot_claim_after_the_takeover() -> None:
+    result = explore(instance("takeover4", "one_pass"), max_seconds=120)
     assert result.ok, result.report()
