@@ -29,3 +29,14 @@ def test_every_checkpoint_call_names_the_redis_and_the_fix(call: object) -> None
     assert "s3cret" not in message
     assert "redis.url" in message and "retries" in message, message
     assert "\n" not in message
+
+
+def test_a_cluster_never_reached_fails_with_the_sinks_error_once_the_wait_is_over() -> None:
+    """A Redis Cluster no node of which answers: every repeat of the failover wait fails
+    to connect, and the call then fails with the sink's one-line error (the wait's
+    topology refresh, which creates the client again, never raises a redis-py error)."""
+    store = CheckpointStore(RedisConfig("redis+cluster://:s3cret@127.0.0.1:1", socket_timeout=1.0,
+                                        replica_timeout=0.5, failover_wait=0.5), "ckpt-errors")
+    with pytest.raises(CheckpointUnavailableError) as caught:
+        store.record_intent("q", 3, 0)
+    assert "s3cret" not in str(caught.value)
