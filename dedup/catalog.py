@@ -39,7 +39,6 @@ scripts are registered once per client (:mod:`dedup.redis_client`).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import time
@@ -51,11 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from dedup.config import DedupConfig, RedisConfig, redact_url
+from dedup.config import DedupConfig, redact_url
 from dedup.exceptions import (
     AppIdInUseError,
     CatalogStateError,
-    DedupError,
     ReplicaAckError,
     SettingChangedError,
     ShardCountMismatchError,
@@ -74,7 +72,7 @@ from dedup.keys import (
     slot_ack_key,
     state_key,
 )
-from dedup.redis_client import client_and_scripts, redis_errors
+from dedup.redis_client import RedisTopology, client_and_scripts, redis_errors
 from dedup.redis_nodes import client_for_key, is_cluster, node_clients, refresh_topology
 
 log = logging.getLogger(__name__)
@@ -193,32 +191,6 @@ def _pipelined(client: Any, calls: list[tuple[str, Any]]) -> list[Any]:
             for index, reply in zip(order, pipe.execute(), strict=True):
                 replies[index] = reply
         return replies
-
-
-class _RedisTopology:
-    """:class:`dedup.failover.Topology` of the catalog's Redis, through this process's
-    client."""
-
-    def __init__(self, redis_config: RedisConfig) -> None:
-        self.redis_config = redis_config
-
-    @property
-    def cluster(self) -> bool:
-        return self.redis_config.cluster
-
-    def refresh(self) -> None:
-        with contextlib.suppress(DedupError):  # not even reachable: the next attempt says
-            refresh_topology(client_and_scripts(self.redis_config)[0])
-
-    def connected_replicas(self, key: str) -> int:
-        client, _ = client_and_scripts(self.redis_config)
-        with redis_errors(self.redis_config, "reading the replicas of a shard's primary"):
-            info = client_for_key(client, key).info("replication")
-        # A replica that just (re)attached is connected long before it can acknowledge
-        # anything (a full sync first): count only those past it (state=online).
-        return sum(1 for name, value in info.items()
-                   if name.startswith("slave") and isinstance(value, dict)
-                   and value.get("state") == "online")
 
 
 @dataclass(frozen=True)
@@ -641,7 +613,7 @@ class RedisCatalog:
 
         return ride_out_failover(
             claim_once,
-            _RedisTopology(self.config.redis), state_key(self.config.app_id, shard),
+            RedisTopology(self.config.redis), state_key(self.config.app_id, shard),
             self.required_replicas, self.config.redis.failover_wait,
             f"the claim of shard {shard} ({decision})")
 
@@ -769,7 +741,7 @@ class RedisCatalog:
 
         Safe to repeat; repeated like a claim while Redis fails over."""
         return ride_out_failover(
-            lambda: self._snapshot_once(shard, now), _RedisTopology(self.config.redis),
+            lambda: self._snapshot_once(shard, now), RedisTopology(self.config.redis),
             state_key(self.config.app_id, shard), lambda: 0, self.config.redis.failover_wait,
             f"the Bloom snapshot of shard {shard}")
 

@@ -8,6 +8,7 @@ worker process, with every script of ``dedup/lua/`` registered on it once
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pkgutil
 import threading
@@ -16,7 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from dedup.config import RedisConfig, redact_url
-from dedup.exceptions import CatalogStateError, CatalogUnavailableError
+from dedup.exceptions import CatalogStateError, CatalogUnavailableError, DedupError
+from dedup.redis_nodes import client_for_key, refresh_topology
 
 SCRIPTS = ("claim", "snapshot", "gc", "lease", "contains", "import", "join",
            "sink_lease", "sink_join")
@@ -123,3 +125,31 @@ def _catalog_error(redis_config: RedisConfig, what: str, exc: BaseException
     if isinstance(exc, redis.exceptions.ResponseError):
         return CatalogStateError(f"Redis at {redact_url(redis_config.url)} refused {what}: {exc}")
     return None
+
+
+class RedisTopology:
+    """:class:`dedup.failover.Topology` of a Redis, through this process's client: the
+    catalog's, and the sink's checkpoint store's (which raises no
+    :class:`~dedup.exceptions.ReplicaAckError`, so only a cluster's failover errors are
+    waited out for it)."""
+
+    def __init__(self, redis_config: RedisConfig) -> None:
+        self.redis_config = redis_config
+
+    @property
+    def cluster(self) -> bool:
+        return self.redis_config.cluster
+
+    def refresh(self) -> None:
+        with contextlib.suppress(DedupError):  # not even reachable: the next attempt says
+            refresh_topology(client_and_scripts(self.redis_config)[0])
+
+    def connected_replicas(self, key: str) -> int:
+        client, _ = client_and_scripts(self.redis_config)
+        with redis_errors(self.redis_config, "reading the replicas of a shard's primary"):
+            info = client_for_key(client, key).info("replication")
+        # A replica that just (re)attached is connected long before it can acknowledge
+        # anything (a full sync first): count only those past it (state=online).
+        return sum(1 for name, value in info.items()
+                   if name.startswith("slave") and isinstance(value, dict)
+                   and value.get("state") == "online")

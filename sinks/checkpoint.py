@@ -43,7 +43,7 @@ from dedup.keys import (
     sink_marker_key,
     sink_meta_key,
 )
-from dedup.redis_client import connect, redis_errors
+from dedup.redis_client import RedisTopology, connect, redis_errors
 from dedup.redis_nodes import node_clients
 from sinks.config import sink_identity
 from sinks.exceptions import (
@@ -257,7 +257,8 @@ class CheckpointStore:
             with redis_errors(self.redis_config, what, self.unreachable):
                 return fn()
 
-        return ride_out_failover(once, _Topology(self), "", lambda: 0,
+        # the sink raises no ReplicaAckError: only a cluster's failover errors are waited out
+        return ride_out_failover(once, RedisTopology(self.redis_config), "", lambda: 0,
                                  self.redis_config.failover_wait,
                                  f"sink: {what}", unavailable=(CheckpointUnavailableError,))
 
@@ -397,26 +398,6 @@ class CheckpointStore:
     def drop_query(self, query_id: str) -> int:
         """Delete every checkpoint of ``query_id`` (after the query is gone for good)."""
         return self.collect_garbage(query_id, 2**62)
-
-
-class _Topology:
-    """:class:`dedup.failover.Topology` of the sink's Redis (its writes wait for no
-    replica, so only a cluster's failover errors are waited out)."""
-
-    def __init__(self, store: CheckpointStore) -> None:
-        self.store = store
-
-    @property
-    def cluster(self) -> bool:
-        return bool(self.store.redis_config.cluster)
-
-    def refresh(self) -> None:
-        from dedup.redis_nodes import refresh_topology
-
-        refresh_topology(self.store.client)  # never raises
-
-    def connected_replicas(self, key: str) -> int:
-        return 0  # never asked: the sink raises no ReplicaAckError
 
 
 def release_on_stop(spark: Any, spark_query_id: str, owner: str, config: Any) -> bool:
