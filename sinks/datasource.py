@@ -37,7 +37,7 @@ except ImportError:  # Spark 4.0: its runner honours the Arrow mixin on a stream
     class _StreamArrowWriter(DataSourceStreamWriter, DataSourceArrowWriter):  # type: ignore[no-redef,misc]
         """Spark 4.0's way to receive Arrow batches in a stream writer."""
 
-from dedup.spark_session import make_active
+from dedup.spark_session import check_worker_imports, make_active
 from sinks.admin import prepare
 from sinks.checkpoint import CheckpointStore
 from sinks.config import DATA_SOURCE_NAME, SinkConfig
@@ -188,10 +188,18 @@ def release_when_stopped(spark: Any, query: Any, options: Mapping[str, Any]) -> 
 
 
 def register(spark: Any) -> None:
-    """Register ``format("exactly_once_kafka")`` with ``spark``. Safe to repeat.
+    """Register ``format("exactly_once_kafka")`` with ``spark`` (classic or Spark
+    Connect). Safe to repeat.
 
-    Also makes ``spark`` the calling thread's active session, where Spark looks
-    Python data sources up (:func:`dedup.spark_session.make_active`).
+    Also makes ``spark`` the calling thread's active session, where classic
+    Spark looks Python data sources up (:func:`dedup.spark_session.make_active`),
+    and checks once per application that Spark's Python workers can import the
+    sink (:func:`dedup.spark_session.check_worker_imports`: a one-line
+    :class:`~dedup.spark_session.WorkerImportError` saying what
+    ``PYSPARK_PYTHON`` must be).
     """
+    from sinks.foreach_batch import WORKER_MODULES
+
     spark.dataSource.register(ExactlyOnceKafkaDataSource)
     make_active(spark)
+    check_worker_imports(spark, WORKER_MODULES)

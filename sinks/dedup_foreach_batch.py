@@ -26,8 +26,9 @@ from typing import Any
 from dedup.config import DedupConfig, InvalidIdPolicy
 from dedup.metrics import DedupMetrics
 from dedup.operator import Deduplicator
+from dedup.spark_session import check_worker_imports, is_connect
 from sinks.exceptions import QueryIdReusedError, SinkConfigError
-from sinks.foreach_batch import WRITTEN_SCHEMA, ExactlyOnceKafkaForeachBatch
+from sinks.foreach_batch import WORKER_MODULES, WRITTEN_SCHEMA, ExactlyOnceKafkaForeachBatch
 
 # Hidden columns computed in the streaming plan (so the batch timestamp is the
 # one Spark keeps in its offset log) and dropped before the write.
@@ -56,16 +57,31 @@ class DedupKafkaForeachBatch:
     decision needs). Calling it again for the same batch id is safe: the
     claims replay their decisions and the sink skips committed partitions.
     A failure raises, and the query fails or Spark retries the batch.
+
+    Under Spark Connect the function runs in a Python process of the server,
+    on a copy taken when the query is built: :attr:`last_metrics` and
+    :meth:`batch_metrics` of the client's instance stay empty there, and the
+    app id's lease lapses ``lease.ms`` after the last batch instead of being
+    released when the query stops.
     """
 
     def __init__(self, config: DedupConfig, options: Mapping[str, Any],
                  num_partitions: int | None = None) -> None:
         self.dedup = Deduplicator(config, num_partitions, gc_listener=False)
         self.sink = ExactlyOnceKafkaForeachBatch(options)
-        self._plan: Any = None
+        # What each batch needs of the plan (its columns stay on the client).
+        self._partitions: int | None = None
+        self._step_config: DedupConfig | None = None
         self._held: set[str] = set()
         self.last_metrics: DedupMetrics | None = None
         self._recent: dict[int, DedupMetrics] = {}
+        self._connect_client = False  # built for a Spark Connect query (counts stay remote)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark Connect pickles the function when the query is built (see the class).
+        state = dict(self.__dict__)
+        state.update(_held=set(), last_metrics=None, _recent={}, _connect_client=False)
+        return state
 
     def write_stream(self, df: Any) -> Any:
         """``df.writeStream`` with this function as its ``foreachBatch``.
@@ -82,7 +98,9 @@ class DedupKafkaForeachBatch:
         hidden = [shard.alias(SHARD), problem.alias(PROBLEM), batch_time.alias(BATCH_TIME)]
         if event:
             hidden.append(event[0].alias(EVENT_SECONDS))
-        self._plan = plan
+        check_worker_imports(df.sparkSession, WORKER_MODULES)
+        self._partitions, self._step_config = plan.partitions, plan.step_config
+        self._connect_client = is_connect(df)
         return df.select("*", *hidden).writeStream.foreachBatch(self)
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -90,12 +108,11 @@ class DedupKafkaForeachBatch:
 
         from dedup.placement import placement_column
 
-        if self._plan is None:
+        if self._partitions is None or self._step_config is None:
             raise SinkConfigError("start the query with DedupKafkaForeachBatch.write_stream(df) "
                                   "(or deduplicate_to_kafka): it adds the columns the dedup "
                                   "decision needs")
-        plan = self._plan
-        step_config: DedupConfig = plan.step_config
+        partitions, step_config = self._partitions, self._step_config
         columns = [c for c in df.columns if c not in HIDDEN]
         layout, _, query_id, batch = self.sink.begin_batch(df.select(*columns), batch_id)
         self._refuse_reused_query_id(query_id, batch)
@@ -126,8 +143,8 @@ class DedupKafkaForeachBatch:
             row = written_row(partition, written.produced, {**clock.seconds, **written.phases})
             yield row.append_column("metrics", pa.array([json.dumps(metrics)], pa.string()))
 
-        sharded = df.repartition(plan.partitions, placement_column(
-            sf.col(SHARD), step_config.num_shards, plan.partitions))
+        sharded = df.repartition(partitions, placement_column(
+            sf.col(SHARD), step_config.num_shards, partitions))
         written = sharded.mapInArrow(write, FUSED_SCHEMA).collect()
         self.sink.end_batch(written, query_id, batch)
         # Every partition of the batch is committed in Kafka: a re-run of it
@@ -149,8 +166,15 @@ class DedupKafkaForeachBatch:
 
         A one-pass query has no ``observedMetrics`` of the dedup step (the
         decision runs in a job of its own inside ``foreachBatch``): read its
-        counts here, by the ``batchId`` of its progress reports.
+        counts here, by the ``batchId`` of its progress reports. Raises
+        :class:`~sinks.SinkConfigError` under Spark Connect, where the counts
+        stay in the server's copy of this function.
         """
+        if self._connect_client:
+            raise SinkConfigError(
+                "DedupKafkaForeachBatch.batch_metrics is not available under Spark Connect: "
+                "the function runs on a copy in a Python process of the server, and its "
+                "counts stay there")
         return self._recent.get(batch_id)
 
     def _refuse_reused_query_id(self, query_id: str, batch: int) -> None:
@@ -174,14 +198,14 @@ class DedupKafkaForeachBatch:
     def _hold_lease(self, df: Any, query_id: str) -> None:
         """Keep the dedup app id's lease while the query idles, release it when the
         query stops (as the operator's listener does for its queries)."""
-        if query_id in self._held:
+        if query_id in self._held or is_connect(df):
+            # Spark Connect: the function's process ends with the query, before a
+            # listener there would hear it stop; the lease lapses by itself.
             return
-        from pyspark.sql import SparkSession
-
         from dedup.gc import session_listener
 
-        spark = SparkSession._instantiatedSession
-        spark_query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        spark = self.sink._manager  # the session that runs the query (begin_batch found it)
+        spark_query_id, _ = self.sink.identity(df)
         if spark is None or spark_query_id != query_id:
             return  # a fixed query.id, or no session that hears the query: the lease lapses
         session_listener(spark).hold(query_id, self.dedup.metric_name, self.dedup.catalog)

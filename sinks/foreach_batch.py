@@ -20,6 +20,13 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from dedup.spark_session import (
+    batch_identity,
+    batch_scope,
+    check_worker_imports,
+    is_connect,
+    query_session,
+)
 from sinks.admin import prepare
 from sinks.checkpoint import CheckpointStore, release_on_stop
 from sinks.config import SinkConfig, normalize_options
@@ -43,8 +50,9 @@ class ExactlyOnceKafkaForeachBatch:
     options:
         The data source's options (see :class:`sinks.config.SinkConfig`), plus
         optional ``query.id``: a stable name used in markers and checkpoint
-        keys when Spark's ``sql.streaming.queryId`` is not visible to the
-        callable. It must stay the same across restarts from one checkpoint.
+        keys when Spark's query id is not visible to the callable (under
+        Spark Connect: when the session runs several streaming queries). It
+        must stay the same across restarts from one checkpoint.
 
     Calling it again for the same batch id is safe (the batch is skipped).
     A failure raises, and the query fails or Spark retries the batch.
@@ -68,9 +76,20 @@ class ExactlyOnceKafkaForeachBatch:
         self._stop_hooks: set[str] = set()  # Spark query ids whose stop releases it
         # Spark query id -> the runs of it this instance wrote for
         self._runs: dict[str, set[str]] = {}
-        # Spark query id -> whether it was seen active in the process's first session,
+        # Spark query id -> whether it was seen active in the session that started it,
         # whose query manager then tells when it has stopped (see claim_output)
         self._watched: dict[str, bool] = {}
+        # Spark Connect: the (query id, run id) of the run this copy was unpickled for
+        self._connect_identity: tuple[str | None, str | None] | None = None
+        self._manager: Any = None  # the session whose query manager runs the query
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark Connect pickles the function to run it in a Python process of the
+        # server: the copy starts afresh there (sessions do not travel).
+        state = dict(self.__dict__)
+        state.update(_prepared=False, _owners=set(), _stop_hooks=set(), _runs={},
+                     _watched={}, _connect_identity=None, _manager=None)
+        return state
 
     def claim_output(self, spark_query_id: str | None = None,
                      run_id: str | None = None) -> None:
@@ -111,13 +130,11 @@ class ExactlyOnceKafkaForeachBatch:
         )
 
     def _watch(self, spark_query_id: str | None) -> None:
-        """Remember whether the process's first session runs ``spark_query_id`` (only
-        that session's query manager can later say it stopped). One lookup per query id."""
+        """Remember whether the session that started the query runs ``spark_query_id``
+        (only its query manager can later say it stopped). One lookup per query id."""
         if not spark_query_id or spark_query_id in self._watched:
             return
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession._instantiatedSession
+        spark = self._manager
         try:
             seen = spark is not None and spark.streams.get(spark_query_id) is not None
         except Exception:  # py4j errors of a stopping session: not watched
@@ -127,15 +144,13 @@ class ExactlyOnceKafkaForeachBatch:
     def _stopped(self) -> bool:
         """Whether every query this instance wrote for is known to have stopped.
 
-        False when one of them is unknown to the process's first session (run by
+        False when one of them is unknown to the session that started it (run by
         another session, or named only by the ``query.id`` option): the instance
         may still write, and taking its name over would make two writers of one
         output."""
         if not self._runs or not all(self._watched.get(query_id) for query_id in self._runs):
             return False
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession._instantiatedSession
+        spark = self._manager
         try:
             return spark is not None and all(spark.streams.get(query_id) is None
                                              for query_id in self._runs)
@@ -148,8 +163,9 @@ class ExactlyOnceKafkaForeachBatch:
         has stopped. Safe to repeat.
 
         The lease is also released when the query terminates, where this process's
-        first SparkSession runs it; otherwise it lapses ``lease.ms`` after the last
-        write.
+        first SparkSession runs it; otherwise (and always under Spark Connect, whose
+        copy of this function writes in a process of the server) it lapses
+        ``lease.ms`` after the last write.
         """
         key = (self.config.app_id, self.config.output_name)
         with _OUTPUTS_LOCK:
@@ -162,29 +178,48 @@ class ExactlyOnceKafkaForeachBatch:
                 store.release_lease(owner)
             self._owners.clear()
 
-    def _release_on_stop(self, df: Any, owner: str) -> None:
-        spark_query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    def _release_on_stop(self, df: Any, spark_query_id: str | None, owner: str) -> None:
         if not spark_query_id or spark_query_id in self._stop_hooks:
             return
+        if is_connect(df):
+            # The function runs in a Python process of the Connect server that ends
+            # with the query, before a listener there would hear it stop: the lease
+            # lapses lease.ms after the last write (release() cannot reach it either).
+            return
         # The micro-batch DataFrame belongs to the query's cloned session, whose
-        # listener bus never hears the query's events; the session that started
-        # it is, in nearly every program, the process's first one.
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession._instantiatedSession
+        # listener bus never hears the query's events (see query_session).
+        spark = self._manager
         if spark is not None and release_on_stop(spark, spark_query_id, owner, self.config):
             self._stop_hooks.add(spark_query_id)
 
-    def _query_id(self, df: Any) -> str:
+    def identity(self, df: Any) -> tuple[str | None, str | None]:
+        """``(Spark query id, run id)`` of the query whose micro-batch ``df`` is, as far
+        as it can be told here (see :func:`dedup.spark_session.batch_identity`); also
+        remembers the session that runs it. Under Spark Connect one lookup per run."""
+        if is_connect(df):
+            if self._connect_identity is None or self._connect_identity[0] is None:
+                self._connect_identity = batch_identity(df)
+            identity = self._connect_identity
+        else:
+            identity = batch_identity(df)
+        if self._manager is None or not is_connect(df):
+            self._manager = query_session(df)
+        return identity
+
+    def _query_id(self, spark_query_id: str | None, connect: bool) -> str:
         if self.fixed_query_id:
             return str(self.fixed_query_id)
-        query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-        if not query_id:
+        if not spark_query_id:
+            if connect:
+                raise SinkConfigError(
+                    "under Spark Connect foreachBatch cannot tell its streaming query while "
+                    "its session runs several: pass option query.id (a stable name, the same "
+                    "across restarts of this query)")
             raise SinkConfigError(
                 "the streaming query id is not visible in foreachBatch here: pass option "
                 "query.id (a stable name, the same across restarts of this query)"
             )
-        return str(query_id)
+        return str(spark_query_id)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         layout, columns, query_id, batch = self.begin_batch(df, batch_id)
@@ -201,30 +236,31 @@ class ExactlyOnceKafkaForeachBatch:
                                    context.partitionId(), context.attemptNumber())
             yield written_row(context.partitionId(), result.produced, result.phases)
 
-        written = df.mapInArrow(write, WRITTEN_SCHEMA).collect()
+        # Under Spark Connect the tasks learn the batch from a job tag (a dedup
+        # step upstream records its decisions under it); classic: nothing to do.
+        with batch_scope(df, batch, query_id):
+            written = df.mapInArrow(write, WRITTEN_SCHEMA).collect()
         self.end_batch(written, query_id, batch)
 
     def begin_batch(self, df: Any, batch_id: int) -> tuple[Any, list[str], str, int]:
         """Checks before a micro-batch is written: returns its input layout, columns,
         query id and batch id. Raises what the call raises before writing."""
         config = self.config
-        context = df.sparkSession.sparkContext
-        # Spark runs a micro-batch under the job group of the query's run id.
-        query_id, run_id = (context.getLocalProperty("sql.streaming.queryId"),
-                            context.getLocalProperty("spark.jobGroup.id"))
+        spark_query_id, run_id = self.identity(df)
         # before anything is written: a shared output is refused
-        self.claim_output(query_id or None, run_id or None)
-        self._watch(query_id or None)
+        self.claim_output(spark_query_id, run_id)
+        self._watch(spark_query_id)
         if not self._prepared:
+            check_worker_imports(df.sparkSession, WORKER_MODULES)
             prepare(config)
             if config.strong_productions:
                 assert config.redis is not None
                 CheckpointStore.for_config(config).check_persistence()
             self._prepared = True
         layout = check_schema(df.schema, config)
-        query_id = self._query_id(df)
+        query_id = self._query_id(spark_query_id, is_connect(df))
         self._owners.add(query_id)
-        self._release_on_stop(df, query_id)
+        self._release_on_stop(df, spark_query_id, query_id)
         return layout, list(df.columns), query_id, int(batch_id)
 
     def end_batch(self, written: list[Any], query_id: str, batch: int) -> None:
@@ -237,6 +273,9 @@ class ExactlyOnceKafkaForeachBatch:
             assert config.redis is not None
             CheckpointStore.for_config(config).collect_garbage(query_id, batch)
 
+
+# What the sink's tasks import in Spark's Python workers (checked once per application).
+WORKER_MODULES = ("sinks", "confluent_kafka")
 
 # One row per written partition, collected by the driver.
 WRITTEN_SCHEMA = "partition long, produced long, phases string"

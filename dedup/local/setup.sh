@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh Debian machine (run as root or with sudo rights):
-#   * a virtual environment in .venv with this project installed (editable, [dev])
+#   * a virtual environment in .venv with this project installed (editable, [dev,connect])
 #     and PySpark pinned to DEDUP_SPARK_VERSION;
 #   * Debian's redis-server when it is missing;
 #   * the Kafka broker jars and Spark's Kafka connector jars, from Maven Central,
@@ -63,7 +63,7 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$py_stamp" ]; then
   constraints="$cache/constraints-pyspark-$spark_wanted.txt"
   echo "pyspark==$spark_wanted" >"$constraints"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$constraints" -e ".[dev]" \
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$constraints" -e ".[dev,connect]" \
     || die "pip could not install the project with pyspark==$spark_wanted (pyproject.toml allows: $(grep -o '"pyspark[^"]*"' pyproject.toml))"
   rm -f "$venv"/.dedup-setup-*
   touch "$py_stamp"
