@@ -164,6 +164,33 @@ def test_a_fenced_pipeline_cannot_claim_after_another_took_over(redis_url: str) 
         paused.claim(qa, 1, 0, ["c"], qa, now=1_800_000_000.0)
 
 
+def test_a_zombie_task_cannot_claim_a_shard_the_new_owner_has_not_claimed_yet(
+        redis_url: str) -> None:
+    """Found by the protocol model (tests/model, bound takeover4). A's task of batch 1
+    took its fence and paused before its claim; A's lease lapsed and B took the app id
+    over (no batch of A unfinished, so B's check passed) and claimed shard 1. The paused
+    task then claims shard 0 with its cached fence: a shard remembers only the fences
+    that claimed it, and B had not claimed shard 0 yet, so the claim went through. B's
+    batch then dropped `a` as seen, and A's transaction is fenced: `a` is lost. A new
+    owner must fence every shard before it claims."""
+    qa, qb = query_ids(2)
+    from dedup import AppIdInUseError
+
+    cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
+                      lease_seconds=1, bloom=BloomConfig(enabled=False))
+    paused, successor = claimer(cfg), claimer(cfg)
+    paused.claim(qa, 0, 0, ["w"], qa, now=1_800_000_000.0)
+    RedisCatalog(cfg).commit_progress(qa, 0)  # Spark committed A's batch 0
+    paused.catalog._fence(qa, f"{qa}:1")  # A's task of batch 1 takes its fence, pauses
+    import time
+
+    time.sleep(1.2)  # A's lease lapses
+    successor.claim(qb, 0, 1, ["b"], qb, now=1_800_000_000.0)  # B owns the app id now
+    with pytest.raises(AppIdInUseError, match=qb):
+        paused.claim(qa, 1, 0, ["a"], qa, now=1_800_000_000.0)
+    assert successor.claim(qb, 1, 0, ["a"], qb, now=1_800_000_000.0).keep.tolist() == [True]
+
+
 def test_a_new_query_is_refused_while_an_abandoned_batch_holds_claims(redis_url: str) -> None:
     """Query A claimed batch 5 and died before Spark committed it (a crash, a checkpoint
     then deleted); query B on the same app id would drop those IDs as seen, although
