@@ -344,7 +344,11 @@ class RedisCatalog:
         self._check_status(reply, -1)
         fence = int(reply[1])
         if int(reply[2]) != fence:
-            # A new owner: first make sure no earlier query left a batch half done.
+            # A new owner: first fence every shard (see fence.lua: a task of an earlier
+            # owner that took its fence before this takeover could otherwise claim a
+            # shard this query has not claimed yet), then make sure no earlier query
+            # left a batch half done.
+            self._fence_shards(query_id, fence)
             try:
                 self._check_unfinished(query_id)
             except AppIdInUseError:
@@ -353,6 +357,20 @@ class RedisCatalog:
             self._run("lease", [key], [query_id, 0, "checked", fence],
                       "recording the app id's lease")
         return fence
+
+    def _fence_shards(self, query_id: str, fence: int) -> None:
+        """Raise every shard's remembered fence to ``fence`` (``fence.lua``). Safe to
+        repeat: a fence never goes down."""
+        client, scripts = client_and_scripts(self.config.redis)
+        app = self.config.app_id
+
+        def raise_fence(key: str) -> Any:
+            return lambda pipe: scripts["fence"](keys=[key], args=[query_id, fence],
+                                                 client=pipe)
+
+        keys = [state_key(app, shard) for shard in range(self.config.num_shards)]
+        with redis_errors(self.config.redis, "fencing the shards"):
+            _pipelined(client, [(key, raise_fence(key)) for key in keys])
 
     def _check_unfinished(self, query_id: str) -> None:
         """Refuse while another query's claims of a batch Spark never committed remain.

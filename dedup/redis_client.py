@@ -20,7 +20,7 @@ from dedup.config import RedisConfig, redact_url
 from dedup.exceptions import CatalogStateError, CatalogUnavailableError, DedupError
 from dedup.redis_nodes import client_for_key, refresh_topology
 
-SCRIPTS = ("claim", "snapshot", "gc", "lease", "contains", "import", "join",
+SCRIPTS = ("claim", "snapshot", "gc", "lease", "fence", "contains", "import", "join",
            "sink_lease", "sink_join")
 """The scripts registered on every client, each ``dedup/lua/<name>.lua``: the catalog's,
 and the sink's (``sink_*``: its output's lease and the outputs of a query)."""
