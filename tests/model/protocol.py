@@ -380,6 +380,10 @@ def _step_lease(inst: Instance, s: State, t: Task, name: str) -> Step:
         fence += 1
     lease = (t.q, fence, checked)
     if checked != fence and inst.mutant != "lease_not_checked":
+        # RedisCatalog._fence_shards (fence.lua): a new owner raises every shard's fence
+        # before its check, so no task of an earlier owner claims a shard it has not
+        # claimed yet (the model's takeover4 finding, fixed 2026-11-27).
+        s = s._replace(sfence=tuple(max(f, fence) for f in s.sfence))
         unfinished = sorted({(q, b) for q, b, _, _ in s.decisions
                              if q != t.q and b > s.queries[q]})
         if unfinished:

@@ -128,9 +128,15 @@ def test_small_bound_exploration_finds_no_violation(form: str) -> None:
     assert result.ok, result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="finding (docs/model.md): after a takeover, a zombie of "
-                   "the old query claims with its cached fence a shard the new owner has not "
-                   "claimed yet, and the new owner drops those IDs as seen")
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("DEDUP_MODEL_FULL"),
+                    reason="over 2 minutes (776k states in 120 s, not yet exhaustive): set "
+                           "DEDUP_MODEL_FULL=1 to run")
 def test_a_zombie_of_a_query_taken_over_cannot_claim_after_the_takeover() -> None:
-    result = explore(instance("takeover4", "one_pass"), max_seconds=120)
+    """The model's finding (docs/model.md): after a takeover, a zombie of the old query
+    claimed with its cached fence a shard the new owner had not claimed yet, and the new
+    owner dropped those IDs as seen. Fixed by fencing every shard at the takeover
+    (fence.lua; the code's test is test_a_zombie_task_cannot_claim_a_shard_the_new_owner_
+    has_not_claimed_yet in tests/integration/dedup/test_catalog_operational.py)."""
+    result = explore(instance("takeover4", "one_pass"), max_seconds=1800)
     assert result.ok, result.report()
