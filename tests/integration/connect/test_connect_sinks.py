@@ -209,3 +209,30 @@ def test_deduplicate_before_a_plain_foreach_batch_is_refused_in_one_line_under_c
     query = run_foreach_batch(df, count, tmp_checkpoint, timeout=240)
     assert query.exception() is not None
     assert "dedup.spark_session.batch_scope(df, batch_id)" in str(query.exception())
+
+
+def test_deduplicate_before_a_foreach_batch_in_batch_scope_keeps_each_id_once_under_connect(
+        connect_spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str, tmp_path: Path) -> None:
+    """The refusal's advice followed: the function's body in ``batch_scope`` gets each
+    record ID once, with the first copy's value, across batches and the resent copies."""
+    import json
+
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    resend_copies(kafka_bootstrap, topics.source)
+    df = build_stream(connect_spark, kafka_bootstrap, topics, app_id, redis_url)
+    out = str(tmp_path / "kept.jsonl")
+
+    def keep(batch: Any, batch_id: int) -> None:
+        from dedup.spark_session import batch_scope
+
+        with batch_scope(batch, batch_id):
+            rows = batch.select("key", "value").collect()
+        with open(out, "a") as sink:
+            sink.write(json.dumps([[r["key"], r["value"]] for r in rows]) + "\n")
+
+    query = run_foreach_batch(df, keep, tmp_checkpoint, timeout=240)
+    assert query.exception() is None, query.exception()
+    kept = [pair for line in Path(out).read_text().splitlines() for pair in json.loads(line)]
+    assert len(kept) == len(expected) and len({key for key, _ in kept}) == len(expected)
+    assert {key: value.encode() for key, value in kept} == expected
