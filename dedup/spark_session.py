@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from dedup.exceptions import ConfigError
+from dedup.exceptions import ConfigError, DedupError
 
 # Where classic PySpark keeps a micro-batch's identity on the calling JVM thread.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -170,7 +170,7 @@ _WORKERS_CHECKED: set[str] = set()
 _WORKERS_LOCK = threading.Lock()
 
 
-class WorkerImportError(RuntimeError):
+class WorkerImportError(DedupError, RuntimeError):
     """Spark's Python workers cannot import a module the toolkit runs there."""
 
 
