@@ -1,8 +1,8 @@
 """Helpers for the SparkSession the toolkit runs with, classic or Spark Connect.
 
-Nothing here reaches into the JVM through private PySpark attributes
-(``_jvm``, ``_jsparkSession``, ``sparkContext``...): a Spark Connect session
-has none of them, and the same code must serve both modes
+Nothing here reaches into the JVM through PySpark's private or JVM-only
+attributes: a Spark Connect session has none of them, and the same code must
+serve both modes
 (``tests/unit/test_connect_safe.py`` keeps it so).
 """
 

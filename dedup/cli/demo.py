@@ -27,6 +27,7 @@ from dedup.cli.config_file import PipelineFile, parse_pipeline
 from dedup.cli.exceptions import DemoFailedError
 from dedup.cli.pipeline import Addresses, source_done, start_query
 from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
+from dedup.spark_session import make_active
 
 CRASH_POINT = "sink.before_commit"
 interrupted = [False]
@@ -192,7 +193,7 @@ def _run_demo(args: argparse.Namespace, progress: Progress, workdir: Path) -> De
         # The JVM keeps the active session per thread, and Python data sources
         # are looked up in it: make it active on this thread too.
         spark = spark_box[0]
-        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        make_active(spark)
         progress.say(f"redis {redis.url}, kafka {kafka.bootstrap_servers}; logs in "
                      f"{workdir / 'logs'}")
         addresses = Addresses(redis.url, kafka.bootstrap_servers, kafka.bootstrap_servers)
