@@ -64,6 +64,19 @@ def old_app(redis_url: str) -> tuple[DedupConfig, dict[int, list[str]], Any]:
     return cfg, _old_catalog(client, cfg.app_id, time.time()), client
 
 
+def _old_ids_caught(cfg: DedupConfig, ids: dict[int, list[str]], query: str, every: int,
+                    fresh: int, name: str, now: float) -> None:
+    """After a migration: every ``every``-th old ID is a duplicate, ``fresh`` new ones per
+    shard are kept once (claimed by ``query`` in its batch 0)."""
+    for shard in (0, 1):
+        new = [f"s{shard}-{name}-{i}" for i in range(fresh)]
+        candidates = ids[shard][::every] + new
+        outcome = ShardClaimer(cfg, filters=FilterCache()).claim(
+            query, 0, shard, candidates, query, now=now)
+        kept = {key for key, k in zip(candidates, outcome.keep.tolist(), strict=True) if k}
+        assert kept == set(new), f"shard {shard}: old IDs passed or new ones dropped"
+
+
 def test_a_migrated_catalog_still_catches_every_old_id(
         old_app: tuple[DedupConfig, dict[int, list[str]], Any]) -> None:
     cfg, ids, client = old_app
@@ -82,13 +95,7 @@ def test_a_migrated_catalog_still_catches_every_old_id(
             (bucket - offset + 1) * DAY + 7 * DAY, "the bucket's expiry did not carry over"
     assert client.hget(state_key(app, 0), "epoch") != b"old-epoch", "old filters still trusted"
 
-    for shard in (0, 1):
-        fresh = [f"s{shard}-new-{i}" for i in range(50)]
-        candidates = ids[shard][::10] + fresh
-        outcome = ShardClaimer(cfg, filters=FilterCache()).claim(
-            "q-new", 0, shard, candidates, "q-new", now=now)
-        kept = {key for key, k in zip(candidates, outcome.keep.tolist(), strict=True) if k}
-        assert kept == set(fresh), f"shard {shard}: old IDs passed or new ones dropped"
+    _old_ids_caught(cfg, ids, "q-new", 10, 50, "new", now)
     assert RedisCatalog(cfg).catalog_size(now) == 6_100
 
     again = migrate_catalog(cfg)
@@ -147,18 +154,6 @@ def test_the_command_converts_and_says_so(
     assert RedisCatalog(cfg).take_lease("q-next") > 0, "the migration kept the app id's lease"
 
 
-def _old_ids_caught(cfg: DedupConfig, ids: dict[int, list[str]]) -> None:
-    """After a migration: every old ID (a sample) is a duplicate, every new one kept once."""
-    now = time.time()
-    for shard in (0, 1):
-        fresh = [f"s{shard}-after-{i}" for i in range(20)]
-        candidates = ids[shard][::50] + fresh
-        outcome = ShardClaimer(cfg, filters=FilterCache()).claim(
-            "q-after", 0, shard, candidates, "q-after", now=now)
-        kept = {key for key, k in zip(candidates, outcome.keep.tolist(), strict=True) if k}
-        assert kept == set(fresh), f"shard {shard}: old IDs passed or new ones dropped"
-
-
 def test_a_wrong_shard_count_is_refused_and_the_count_it_names_migrates(
         old_app: tuple[DedupConfig, dict[int, list[str]], Any]) -> None:
     """Issue 33, item 4: ``migrate-catalog --num-shards 3`` on a two-shard catalog says
@@ -173,7 +168,7 @@ def test_a_wrong_shard_count_is_refused_and_the_count_it_names_migrates(
     told = int(str(refusal.value).rsplit("--num-shards ", 1)[1].split()[0])
     report = migrate_catalog(DedupConfig(cfg.app_id, cfg.redis, num_shards=told))
     assert report.ids == 6_000
-    _old_ids_caught(cfg, ids)
+    _old_ids_caught(cfg, ids, "q-after", 50, 20, "after", time.time())
 
 
 def test_a_batch_jobs_claims_are_refused_and_forgetting_it_as_told_migrates(
@@ -193,4 +188,4 @@ def test_a_batch_jobs_claims_are_refused_and_forgetting_it_as_told_migrates(
     assert main([*shlex.split(command)[1:], "--redis-url", cfg.redis.url, "--quiet"]) == 0
     report = migrate_catalog(cfg)
     assert report.ids == 6_000
-    _old_ids_caught(cfg, ids)
+    _old_ids_caught(cfg, ids, "q-after", 50, 20, "after", time.time())
