@@ -30,6 +30,7 @@ from tests.integration.sinks.pipeline import (
     resend_copies,
     run_foreach_batch,
     run_to_end,
+    run_writer,
     sink_options,
 )
 
@@ -42,15 +43,7 @@ def _batches(query: Any) -> list[int]:
 
 
 def _start(writer: Any, checkpoint: str, timeout: float = 240.0) -> Any:
-    query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
-    try:
-        query.awaitTermination(timeout)
-    except Exception:  # the caller inspects query.exception()
-        pass
-    finally:
-        if query.isActive:
-            query.stop()
-    return query
+    return run_writer(writer, checkpoint, timeout)
 
 
 def test_deduplicate_then_the_data_source_is_exact_under_connect(

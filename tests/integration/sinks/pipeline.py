@@ -173,6 +173,21 @@ def run_foreach_batch(df: Any, function: Any, checkpoint: str, timeout: float = 
     return query
 
 
+def run_writer(writer: Any, checkpoint: str, timeout: float = 150.0) -> Any:
+    """Start ``writer`` (a ``DataStreamWriter``) from ``checkpoint`` with ``availableNow``
+    and wait up to ``timeout``; the query, whose error the caller inspects (a refusal is
+    an expected outcome in some tests)."""
+    query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    try:
+        query.awaitTermination(timeout)
+    except Exception:  # the caller inspects query.exception()
+        pass
+    finally:
+        if query.isActive:
+            query.stop()
+    return query
+
+
 def dies_after_commit(sink: Any, batch: int) -> Any:
     """A ``foreachBatch`` function that writes with ``sink`` and then fails at ``batch``,
     as a driver that died after the sink's commit and before Spark's."""

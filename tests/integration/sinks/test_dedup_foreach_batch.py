@@ -17,6 +17,7 @@ from tests.integration.sinks.pipeline import (
     kafka_stream,
     read_output,
     resend_copies,
+    run_writer,
     sink_options,
 )
 
@@ -30,16 +31,7 @@ def _stream(spark: Any, bootstrap: str, topic: str, per_trigger: int = 70) -> An
 
 
 def _run(writer: Any, checkpoint: str) -> Any:
-    query = (writer.option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    try:
-        query.awaitTermination(150)
-    except Exception:  # the caller inspects query.exception()
-        pass
-    finally:
-        if query.isActive:
-            query.stop()
-    return query
+    return run_writer(writer, checkpoint, timeout=150)
 
 
 def test_fused_dedup_and_sink_are_exact_after_worker_kills(
