@@ -97,6 +97,9 @@ class ExactlyOnceKafkaDataSource(DataSource):
 
 START_CHECK_TTL_S = 300.0
 """How long a process trusts the start checks it ran for one set of options."""
+# Bound: one entry per distinct option set this process wrote with (a handful:
+# one per sink, plus one per change of its options); entries older than the
+# TTL are dropped whenever a new one is recorded, so it cannot grow per batch.
 _CHECKED: dict[tuple[tuple[str, str], ...], float] = {}
 _CHECKED_LOCK = threading.Lock()
 
@@ -119,6 +122,8 @@ def _start_checks(config: SinkConfig, options: Mapping[str, Any]) -> None:
         assert config.redis is not None
         CheckpointStore.for_config(config).check_persistence()
     with _CHECKED_LOCK:
+        for stale in [k for k, at in _CHECKED.items() if now - at >= START_CHECK_TTL_S]:
+            del _CHECKED[stale]
         _CHECKED[key] = now
 
 

@@ -38,6 +38,8 @@ from sinks.timing import append_phase_timings
 # Two sinks of one pair would share transactional ids, markers and checkpoints:
 # the second would find the first one's marker and skip every batch, silently.
 # Weak references, so a sink that is gone (its query over) frees its name.
+# Bound: one entry per (app.id, output name) pair this driver process ever
+# wrote to, a fixed set per application; a dead reference is replaced in place.
 _OUTPUTS: dict[tuple[str, str], weakref.ref[Any]] = {}
 _OUTPUTS_LOCK = threading.Lock()
 
