@@ -2,44 +2,32 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dedup.exceptions import ServiceError
 from dedup.local import lasting as services
+from tests.unit.services_state import write_state
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("DEDUP_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-def _write_state(state: dict[str, Any]) -> None:
-    services.state_path().parent.mkdir(parents=True, exist_ok=True)
-    services.state_path().write_text(json.dumps(state))
-
-
-def test_down_keeps_the_data_and_the_ports(cache: Path) -> None:
+def test_down_keeps_the_data_and_the_ports(service_cache: Path) -> None:
     data = services.services_dir() / "redis"
     data.mkdir(parents=True)
     (data / "appendonly.aof").write_text("kept")
-    _write_state({"redis": {"port": 6390, "data_dir": str(data)}})
+    write_state({"redis": {"port": 6390, "data_dir": str(data)}})
     said: list[str] = []
     services.services_down(said.append)
     assert (data / "appendonly.aof").read_text() == "kept"
     assert services.read_state()["redis"]["port"] == 6390
 
 
-def test_purge_deletes_the_recorded_folders_and_forgets_their_ports(cache: Path) -> None:
+def test_purge_deletes_the_recorded_folders_and_forgets_their_ports(service_cache: Path) -> None:
     base = services.services_dir()
     for name in ("redis", "kafka", "someone-elses"):
         (base / name).mkdir(parents=True)
         (base / name / "data").write_text(name)
-    _write_state({"redis": {"port": 6390, "data_dir": str(base / "redis")},
+    write_state({"redis": {"port": 6390, "data_dir": str(base / "redis")},
                   "kafka": {"port": 9092, "controller_port": 9093,
                             "data_dir": str(base / "kafka")}})
     said: list[str] = []
@@ -53,12 +41,12 @@ def test_purge_deletes_the_recorded_folders_and_forgets_their_ports(cache: Path)
 
 
 def test_purge_refuses_a_recorded_folder_outside_the_services_folder(
-    cache: Path, tmp_path: Path,
+    service_cache: Path, tmp_path: Path,
 ) -> None:
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "data").write_text("keep me")
-    _write_state({"redis": {"port": 6390, "data_dir": str(precious)}})
+    write_state({"redis": {"port": 6390, "data_dir": str(precious)}})
     with pytest.raises(ServiceError, match="precious"):
         services.services_down(lambda _: None, purge=True)
     assert (precious / "data").read_text() == "keep me"
