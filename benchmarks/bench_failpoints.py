@@ -28,7 +28,7 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
-from dedup.failpoints import _OLD_ENV_VAR, ENV_VAR, clock_offset, fail_point
+from dedup.failpoints import ENV_VAR, clock_offset, fail_point
 
 PER_PARTITION_FIXED = 6
 """Unarmed checks per partition and batch besides ``dedup.after_claim``: the batch
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=50_000, help="rows of one partition")
     parser.add_argument("--write", action="store_true", help="write results/failpoints.json")
     args = parser.parse_args(argv)
-    for var in (ENV_VAR, _OLD_ENV_VAR):  # production: no fail-point folder anywhere
-        os.environ.pop(var, None)
+    os.environ.pop(ENV_VAR, None)  # production: no fail-point folder
     with tempfile.TemporaryDirectory() as folder:
         ns = measure(args.number, args.repeat, folder)
     extra = {

@@ -15,8 +15,7 @@ is the proof that the fault hit.
 
 The folder comes from :class:`dedup.config.FailPointConfig` (the sink's option
 ``fail.point.dir``) or, failing that, from the ``DEDUP_FAIL_POINT_DIR``
-environment variable (``DEDUP_FAILPOINT_DIR`` is its deprecated spelling, read
-for one more release). When neither is set a check costs one attribute test
+environment variable. When neither is set a check costs one attribute test
 and one environment lookup.
 
 Names used by the toolkit:
@@ -46,15 +45,13 @@ import json
 import os
 import signal
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dedup.exceptions import ConfigError, InjectedFault
+from dedup.exceptions import InjectedFault
 
 ENV_VAR = "DEDUP_FAIL_POINT_DIR"
-_OLD_ENV_VAR = "DEDUP_FAILPOINT_DIR"  # deprecated spelling, read for one more release
 
 KNOWN_FAIL_POINTS = (
     "dedup.after_claim",
@@ -69,19 +66,7 @@ KNOWN_FAIL_POINTS = (
 
 def _folder(directory: str | None) -> str | None:
     """``directory``, else the environment's fail-point folder (``None``: fail-points off)."""
-    if directory:
-        return directory
-    folder = os.environ.get(ENV_VAR)
-    old = os.environ.get(_OLD_ENV_VAR)
-    if old is None:
-        return folder
-    # stacklevel 4: the caller of fail_point / clock_offset
-    warnings.warn(f"environment variable {_OLD_ENV_VAR!r} is deprecated; use {ENV_VAR!r}",
-                  DeprecationWarning, stacklevel=4)
-    if folder is not None and folder != old:
-        raise ConfigError(f"environment variables {_OLD_ENV_VAR}={old!r} and {ENV_VAR}="
-                          f"{folder!r} name two fail-point folders: keep only {ENV_VAR}")
-    return old
+    return directory or os.environ.get(ENV_VAR)
 
 
 def _matches(match: dict[str, Any], context: dict[str, Any]) -> bool:
@@ -105,8 +90,7 @@ def fail_point(name: str, directory: str | None = None,
     ``before`` runs only when the point fires, before its action (e.g. a flush so
     that a reader sees what was produced up to the fault): an unarmed point
     changes nothing in the caller. Raises :class:`InjectedFault` when it fires
-    with action ``raise``, and :class:`ConfigError` when both environment
-    variables name different folders.
+    with action ``raise``.
     """
     folder = _folder(directory)
     if not folder:

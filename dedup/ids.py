@@ -26,14 +26,10 @@ Five strategies, all computed with Spark's native expressions (no Python UDF):
     A Kafka header (the ``headers`` column), by default the one the
     exactly-once sink writes (:data:`dedup.constants.RECORD_ID_HEADER`), so a
     downstream pipeline dedups on the IDs of the upstream one.
-
-The sources' older names ``coordinates`` (``kafka``) and ``columns``
-(``hash``) are accepted for one more release, with a :class:`DeprecationWarning`.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,32 +41,22 @@ if TYPE_CHECKING:
 
 Strategy = Literal["column", "hash", "kafka", "key", "header"]
 STRATEGIES: tuple[str, ...] = ("column", "hash", "kafka", "key", "header")
-DEPRECATED_STRATEGIES: dict[str, str] = {"coordinates": "kafka", "columns": "hash"}
-"""Old strategy name -> its name today (accepted for one more release)."""
-# Tags (see tag_record_id) an earlier release recorded for a strategy whose tag
-# is now another; recorded tags are compared in today's vocabulary.
-_OLD_TAGS: dict[str, str] = {"kafka-key": "key", **DEPRECATED_STRATEGIES}
+# Tags (see tag_record_id) an earlier release recorded in Redis for a strategy
+# whose tag is now another; recorded tags are compared in today's vocabulary.
+_OLD_TAGS: dict[str, str] = {"kafka-key": "key", "coordinates": "kafka", "columns": "hash"}
 MAX_ID_LENGTH = 1024
 """Longest accepted record ID, in characters."""
 KAFKA_COORDINATE_COLUMNS = ("topic", "partition", "offset")
 
 
-def strategy_name(strategy: str, stacklevel: int = 1) -> str:
-    """The strategy's name today: an old name warns once and is mapped.
-
-    Pure; safe to repeat. ``stacklevel`` places the warning, counted from the
-    code calling this function (1: that line, 2: its caller).
+def strategy_name(strategy: str) -> str:
+    """``strategy`` if it names one of :data:`STRATEGIES`. Pure; safe to repeat.
 
     Raises
     ------
     ConfigError
         Unknown strategy (the message lists the names).
     """
-    new = DEPRECATED_STRATEGIES.get(strategy)
-    if new is not None:
-        warnings.warn(f"record id strategy {strategy!r} is deprecated; use {new!r}",
-                      DeprecationWarning, stacklevel=stacklevel + 1)
-        return new
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown record id strategy {strategy!r}; use one of "
                           f"{', '.join(STRATEGIES)}")
@@ -130,8 +116,6 @@ def with_record_id(
         ``"header"``: the first header named ``header`` of the ``headers``
         column (Kafka's ``array<struct<key, value>>``); a record without it
         gets a null ID, which the operator rejects rather than dropping it.
-        The old names ``"coordinates"`` and ``"columns"`` work for one more
-        release, with a :class:`DeprecationWarning`.
     columns:
         Columns hashed by ``"hash"``.
     column:
@@ -157,7 +141,7 @@ def with_record_id(
     """
     from pyspark.sql import functions as sf
 
-    name = strategy_name(strategy, stacklevel=2)
+    name = strategy_name(strategy)
     if name == "column":
         if not column:
             raise ConfigError("with_record_id(strategy='column') needs column=<existing id column>")

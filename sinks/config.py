@@ -11,7 +11,6 @@ never appear in ``repr`` or in error messages.
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,21 +39,6 @@ _TRUE = {"true", "1", "yes", "on"}
 _OUTPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _FALSE = {"false", "0", "no", "off"}
 
-# Old option spelling -> its dotted name. The old ones are accepted for one
-# release (a DeprecationWarning each); this is the one table of them, used by
-# every reader of sink options (from_options, ExactlyOnceKafkaForeachBatch).
-DEPRECATED_OPTIONS: dict[str, str] = {
-    "app_id": "app.id",
-    "strong_productions": "strong.productions",
-    "record_id_column": "record.id.column",
-    "dead_letter_topic": "dead.letter.topic",
-    "marker_topic": "marker.topic",
-    "query_id": "query.id",
-    "redis.require_persistence": "redis.require.persistence",
-    "failpoint.dir": "fail.point.dir",
-}
-
-
 def is_secret(name: str) -> bool:
     """Whether a client property holds a secret that must never be logged."""
     lowered = name.lower()
@@ -67,31 +51,11 @@ def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def normalize_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options with lower-case names and every old spelling replaced by its dotted one.
+    """The options with lower-case names (option names are case-insensitive, as Spark's).
 
-    Each old spelling used emits one :class:`DeprecationWarning` naming old and
-    new. Pure and safe to repeat (a normalized mapping warns no more).
-
-    Raises
-    ------
-    SinkConfigError
-        Both spellings of one option are given with different values.
+    Pure and safe to repeat.
     """
-    opts = {str(k).lower(): v for k, v in options.items()}
-    for old, new in DEPRECATED_OPTIONS.items():
-        if old not in opts:
-            continue
-        # stacklevel 3: the caller of from_options / ExactlyOnceKafkaForeachBatch
-        warnings.warn(f"sink option {old!r} is deprecated; use {new!r}", DeprecationWarning,
-                      stacklevel=3)
-        value = opts.pop(old)
-        if new in opts and str(opts[new]) != str(value):
-            raise SinkConfigError(
-                f"options {old}={value!r} and {new}={opts[new]!r} are one option with two "
-                f"values: keep only {new}"
-            )
-        opts[new] = value
-    return opts
+    return {str(k).lower(): v for k, v in options.items()}
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -200,9 +164,6 @@ class SinkConfig:
         committed batch appends the phase timings of its partition writes
         (JSON lines, :func:`sinks.read_phase_timings`); for profiling. Unset:
         nothing is written.
-    failpoint_dir:
-        Deprecated spelling of ``fail_point_dir`` (one more release); always
-        ``None`` once the config is built.
     """
 
     app_id: str
@@ -220,21 +181,8 @@ class SinkConfig:
     output_name: str = ""
     lease_ms: int = DEFAULT_LEASE_MS
     timings_path: str | None = None
-    failpoint_dir: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.failpoint_dir is not None:
-            warnings.warn("SinkConfig field 'failpoint_dir' is deprecated; use "
-                          "'fail_point_dir'", DeprecationWarning, stacklevel=3)
-            if self.fail_point_dir is not None and self.fail_point_dir != self.failpoint_dir:
-                raise SinkConfigError(
-                    f"failpoint_dir={self.failpoint_dir!r} and fail_point_dir="
-                    f"{self.fail_point_dir!r} are one setting with two values: keep only "
-                    "fail_point_dir"
-                )
-            object.__setattr__(self, "fail_point_dir", self.failpoint_dir)
-            # None again, so dataclasses.replace does not pass the old name on.
-            object.__setattr__(self, "failpoint_dir", None)
         try:
             validate_app_id(self.app_id)
         except ConfigError as exc:
@@ -371,9 +319,8 @@ class SinkConfig:
     def from_options(cls, options: Mapping[str, Any]) -> SinkConfig:
         """Parse Spark writer options (case-insensitive names) into a config.
 
-        Old option spellings are accepted with a :class:`DeprecationWarning`
-        (see :func:`normalize_options`). Raises :class:`SinkConfigError`
-        naming the option and the fix. Pure: safe to repeat, contacts no service.
+        Raises :class:`SinkConfigError` naming the option and the fix. Pure:
+        safe to repeat, contacts no service.
         """
         opts = normalize_options(options)
         producer = {k[len("kafka."):]: v for k, v in opts.items()

@@ -58,9 +58,7 @@ class ExactlyOnceKafkaForeachBatch:
 
     Calling it again for the same batch id is safe (the batch is skipped).
     A failure raises, and the query fails or Spark retries the batch.
-    Building it raises :class:`~sinks.SinkConfigError` for invalid options;
-    an old option spelling (``query_id``, ``app_id``, ...) warns once
-    (:class:`DeprecationWarning`).
+    Building it raises :class:`~sinks.SinkConfigError` for invalid options.
 
     Several sinks of one app id (several outputs per batch) need distinct
     ``output.name`` options: a second live instance of one (app_id,
@@ -68,8 +66,6 @@ class ExactlyOnceKafkaForeachBatch:
     """
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        # Normalized once here, so each old spelling warns once (from_options
-        # then sees only dotted names).
         self.options = normalize_options(options)
         self.config = SinkConfig.from_options(self.options)
         self.fixed_query_id = self.options.get("query.id")

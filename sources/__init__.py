@@ -12,7 +12,6 @@ from sources._ids import ID_STRATEGIES
 from sources.exceptions import SourceConfigError, SourceError
 from sources.files import read_files
 from sources.kafka import read_kafka
-from sources.record_ids import attach_record_id  # deprecated; dedup.with_record_id
 from sources.synthetic_rows import (
     SCHEMA as SYNTHETIC_SCHEMA,
 )
@@ -52,7 +51,6 @@ __all__ = [
     "SourceConfigError",
     "SourceError",
     "SyntheticOptions",
-    "attach_record_id",
     "duplicate_of",
     "expected_output",
     "original_of",

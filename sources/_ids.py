@@ -16,13 +16,10 @@ KAFKA_ONLY = ("kafka", "key", "header")
 """Strategies that read columns only a Kafka source has."""
 
 
-def source_strategy(id_strategy: str | None, column: str | None,
-                    stacklevel: int = 1) -> str | None:
-    """Today's name of ``id_strategy``, or ``None`` for no ID (``"none"`` or ``None``).
+def source_strategy(id_strategy: str | None, column: str | None) -> str | None:
+    """``id_strategy``, or ``None`` for no ID (``"none"`` or ``None``).
 
-    Checked before Spark is touched. An old name (``coordinates``, ``columns``)
-    warns once; ``stacklevel`` places the warning, counted from the code
-    calling this function. Pure.
+    Checked before Spark is touched. Pure.
 
     Raises
     ------
@@ -33,7 +30,7 @@ def source_strategy(id_strategy: str | None, column: str | None,
     if id_strategy is None or id_strategy == "none":
         return None
     try:
-        name = strategy_name(id_strategy, stacklevel=stacklevel + 1)
+        name = strategy_name(id_strategy)
     except ConfigError as exc:
         raise SourceConfigError(f"unknown record id strategy {id_strategy!r}; use one of "
                                 f"{', '.join(ID_STRATEGIES)}") from exc

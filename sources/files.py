@@ -44,8 +44,7 @@ def read_files(
         A strategy of :func:`dedup.with_record_id`: ``column`` (``key_column``
         holds the ID) or ``hash`` (of ``columns``, all when None); or
         ``"none"`` / ``None``: no ID column. A file's record read twice (a
-        replay) gets the same ID either way. The old name ``columns`` warns
-        (:class:`DeprecationWarning`).
+        replay) gets the same ID either way.
     max_files_per_trigger:
         Spark's ``maxFilesPerTrigger``.
     options:
@@ -56,7 +55,7 @@ def read_files(
     SourceConfigError
         Unknown format, missing schema or a Kafka-only strategy.
     """
-    strategy = source_strategy(id_strategy, key_column, stacklevel=2)
+    strategy = source_strategy(id_strategy, key_column)
     if format not in FILE_FORMATS:
         raise SourceConfigError(
             f"unknown file format {format!r}; use one of {', '.join(FILE_FORMATS)}"

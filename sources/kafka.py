@@ -94,8 +94,6 @@ def read_kafka(
         key), ``header`` (``header``, by default our sink's
         ``dedup-record-id``), ``column`` (``key_column``) or ``hash`` (of
         ``columns``, all when None); or ``"none"`` / ``None``: no ID column.
-        The old names ``coordinates`` and ``columns`` warn
-        (:class:`DeprecationWarning`).
     id_column:
         Name of the ID column added.
     starting_offsets, max_offsets_per_trigger:
@@ -117,7 +115,7 @@ def read_kafka(
         Unknown strategy, missing topic, or an option that conflicts with
         read_committed.
     """
-    strategy = source_strategy(id_strategy, key_column, stacklevel=2)
+    strategy = source_strategy(id_strategy, key_column)
     names = [topics] if isinstance(topics, str) else list(topics)
     subscribe = ",".join(t.strip() for name in names for t in name.split(",") if t.strip())
     if not subscribe:

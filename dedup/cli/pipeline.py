@@ -311,10 +311,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     check_catalog_knows(pipeline, addresses.redis_url, checkpoint)
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
-    from sinks.config import DEPRECATED_OPTIONS
-
-    dead_letter = any(DEPRECATED_OPTIONS.get(str(k).lower(), str(k).lower())
-                      == "dead.letter.topic" for k in sink["options"])
+    dead_letter = any(str(k).lower() == "dead.letter.topic" for k in sink["options"])
     if (pipeline.table("dedup")["enabled"] and pipeline.table("dedup")["invalid_ids"]
             == "dead_letter" and sink["type"] == "kafka" and not dead_letter):
         raise ConfigError(

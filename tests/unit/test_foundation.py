@@ -75,25 +75,19 @@ def test_fail_point_off_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_fail_point_folder_from_the_environment(monkeypatch: pytest.MonkeyPatch,
                                                 tmp_path: Path) -> None:
-    monkeypatch.delenv("DEDUP_FAILPOINT_DIR", raising=False)
     monkeypatch.setenv("DEDUP_FAIL_POINT_DIR", str(tmp_path))
     arm(tmp_path, "sink.before_commit", "raise")
     with pytest.raises(InjectedFault):
         fail_point("sink.before_commit", None, batch=1)
 
 
-def test_the_old_fail_point_variable_still_works_and_warns(monkeypatch: pytest.MonkeyPatch,
-                                                           tmp_path: Path) -> None:
+def test_the_old_fail_point_variable_is_gone(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
     monkeypatch.delenv("DEDUP_FAIL_POINT_DIR", raising=False)
     monkeypatch.setenv("DEDUP_FAILPOINT_DIR", str(tmp_path))
     arm(tmp_path, "sink.before_commit", "raise")
-    with (pytest.warns(DeprecationWarning, match="'DEDUP_FAILPOINT_DIR' is deprecated; use "
-                       "'DEDUP_FAIL_POINT_DIR'"), pytest.raises(InjectedFault)):
-        fail_point("sink.before_commit", None, batch=1)
-    monkeypatch.setenv("DEDUP_FAIL_POINT_DIR", str(tmp_path / "other"))
-    with (pytest.warns(DeprecationWarning),
-          pytest.raises(ConfigError, match=r"DEDUP_FAILPOINT_DIR.*DEDUP_FAIL_POINT_DIR")):
-        fail_point("sink.before_commit", None, batch=1)
+    fail_point("sink.before_commit", None, batch=1)  # not read: nothing fires
+    assert not fired(tmp_path, "sink.before_commit")
 
 
 def test_fail_point_fires_once_and_only_on_match(tmp_path: Path) -> None:

@@ -125,18 +125,15 @@ def test_strategy_recorded_under_an_old_tag_is_the_same_under_its_new_name(
     df = spark.createDataFrame([(f"k{i}", f"v{i}", "t", 0, i) for i in range(20)],
                                "key string, value string, topic string, partition int, "
                                "offset long")
-    # What sources.attach_record_id(df, "key") wrote before the vocabularies merged.
+    # What the sources' own "key" strategy recorded before the vocabularies merged.
     old_key = tag_record_id(df, DEFAULT_ID_COLUMN, sf.col("key").cast("string"), "kafka-key")
     Deduplicator(config(app_id, redis_url)).apply(old_key)
     Deduplicator(config(app_id, redis_url)).apply(with_record_id(df, strategy="key"))
     with pytest.raises(ConfigError, match=r"record id strategy.*recorded kafka-key.*now kafka"):
         Deduplicator(config(app_id, redis_url)).apply(with_record_id(df, strategy="kafka"))
-    # Coordinates, recorded as "kafka" by either vocabulary, under the old name.
+    # Coordinates, recorded as "kafka".
     other = app_id + "-c"
     Deduplicator(config(other, redis_url)).apply(with_record_id(df, strategy="kafka"))
-    with pytest.warns(DeprecationWarning, match="'coordinates' is deprecated; use 'kafka'"):
-        coordinates = with_record_id(df, strategy="coordinates")
-    Deduplicator(config(other, redis_url)).apply(coordinates)
     with pytest.raises(ConfigError, match=r"record id strategy.*recorded kafka.*now key"):
         Deduplicator(config(other, redis_url)).apply(with_record_id(df, strategy="key"))
 

@@ -86,12 +86,8 @@ def test_read_kafka_is_read_committed_and_attaches_ids(spark: Any, kafka_bootstr
     topic = f"{app_id}-in"
     _produce(kafka_bootstrap, topic)
     results = {}
-    for strategy in ("header", "key", "kafka", "coordinates"):
-        if strategy == "coordinates":  # the old name of "kafka", for one more release
-            with pytest.warns(DeprecationWarning, match="'coordinates' is deprecated"):
-                frame = read_kafka(spark, kafka_bootstrap, topic, id_strategy=strategy)
-        else:
-            frame = read_kafka(spark, kafka_bootstrap, topic, id_strategy=strategy)
+    for strategy in ("header", "key", "kafka"):
+        frame = read_kafka(spark, kafka_bootstrap, topic, id_strategy=strategy)
         name = f"src_{strategy}_{app_id.replace('-', '_')}"
         query = (frame.writeStream.format("memory").queryName(name)
                  .trigger(availableNow=True).start())
@@ -104,8 +100,6 @@ def test_read_kafka_is_read_committed_and_attaches_ids(spark: Any, kafka_bootstr
     assert results["key"]["plain1"]["_record_id"] == "key1"
     row = results["kafka"]["committed"]
     assert row["_record_id"] == f"{topic}/{row['partition']}/{row['offset']}"
-    assert {v: r["_record_id"] for v, r in results["coordinates"].items()} == \
-        {v: r["_record_id"] for v, r in results["kafka"].items()}
     none = read_kafka(spark, kafka_bootstrap, topic, id_strategy=None)
     assert "_record_id" not in none.columns
 

@@ -1,4 +1,4 @@
-"""One record-ID vocabulary: the core's names, old source names deprecated."""
+"""One record-ID vocabulary: the core's names; the sources' old names are gone."""
 
 from __future__ import annotations
 
@@ -21,12 +21,6 @@ class _NoSpark:
         raise AssertionError(f"Spark was used ({name}) before the arguments were checked")
 
 
-class _Frame:
-    """A DataFrame stand-in that has columns and nothing else."""
-
-    columns = ("key", "value")
-
-
 def test_one_set_of_names() -> None:
     assert STRATEGIES == ("column", "hash", "kafka", "key", "header")
     assert (*STRATEGIES, "none") == sources.ID_STRATEGIES
@@ -35,12 +29,13 @@ def test_one_set_of_names() -> None:
         assert [strategy_name(name) for name in STRATEGIES] == list(STRATEGIES)
 
 
-@pytest.mark.parametrize(("old", "new"), [("coordinates", "kafka"), ("columns", "hash")])
-def test_old_names_still_work_and_warn_once(old: str, new: str) -> None:
-    with pytest.warns(DeprecationWarning) as caught:
-        assert strategy_name(old) == new
-    assert [str(w.message) for w in caught] == [
-        f"record id strategy {old!r} is deprecated; use {new!r}"]
+@pytest.mark.parametrize("old", ["coordinates", "columns"])
+def test_old_names_are_refused(old: str) -> None:
+    with pytest.raises(ConfigError, match=rf"unknown record id strategy {old!r}; use one of "
+                                          "column, hash, kafka, key, header"):
+        strategy_name(old)
+    with pytest.raises(SourceConfigError, match=f"unknown record id strategy {old!r}"):
+        read_kafka(_NoSpark(), "127.0.0.1:9092", "t", id_strategy=old)  # type: ignore[arg-type]
 
 
 def test_unknown_name_lists_the_names() -> None:
@@ -70,14 +65,8 @@ def test_files_refuse_kafka_strategies_by_any_name() -> None:
         with pytest.raises(SourceConfigError, match="needs a Kafka source"):
             read_files(_NoSpark(), "/tmp/x", schema="a int",  # type: ignore[arg-type]
                        id_strategy=name)
-    with pytest.warns(DeprecationWarning, match="'coordinates' is deprecated"), \
-            pytest.raises(SourceConfigError, match="needs a Kafka source"):
-        read_files(_NoSpark(), "/tmp/x", schema="a int",  # type: ignore[arg-type]
-                   id_strategy="coordinates")
 
 
-def test_attach_record_id_is_deprecated() -> None:
-    frame = _Frame()
-    with pytest.warns(DeprecationWarning,
-                      match="attach_record_id is deprecated; use dedup.with_record_id"):
-        assert sources.attach_record_id(frame, "none") is frame  # type: ignore[arg-type]
+
+def test_attach_record_id_is_gone() -> None:
+    assert not hasattr(sources, "attach_record_id")

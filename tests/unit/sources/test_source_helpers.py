@@ -8,7 +8,6 @@ import pytest
 
 from sources import read_files, read_kafka
 from sources.exceptions import SourceConfigError
-from sources.record_ids import normalize_strategy
 
 
 class _NoSpark:
@@ -16,14 +15,6 @@ class _NoSpark:
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"Spark was used ({name}) before the arguments were checked")
-
-
-def test_the_deprecated_old_names_helper_keeps_its_answers() -> None:
-    with pytest.warns(DeprecationWarning, match="normalize_strategy is deprecated"):
-        assert normalize_strategy("kafka") == "coordinates"
-        assert normalize_strategy("hash") == "columns"
-        with pytest.raises(SourceConfigError, match="unknown id strategy 'uuid'"):
-            normalize_strategy("uuid")
 
 
 def test_read_kafka_refuses_uncommitted_reads_and_missing_topic() -> None:
