@@ -62,6 +62,11 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = options.get(name)
     if raw is None:
         return default
+    return parse_bool(name, raw)
+
+
+def parse_bool(name: str, raw: object) -> bool:
+    """Option ``name``'s value ``raw`` as a boolean (true/false, 1/0, yes/no, on/off)."""
     text = str(raw).strip().lower()
     if text in _TRUE:
         return True
@@ -316,18 +321,20 @@ class SinkConfig:
         )
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> SinkConfig:
+    def from_options(cls, options: Mapping[str, Any],
+                     redis: RedisConfig | None = None) -> SinkConfig:
         """Parse Spark writer options (case-insensitive names) into a config.
 
-        Raises :class:`SinkConfigError` naming the option and the fix. Pure:
-        safe to repeat, contacts no service.
+        ``redis``, when given, is the checkpoint store instead of the options
+        ``redis.url`` and ``redis.require.persistence`` (the caller checks that
+        they agree). Raises :class:`SinkConfigError` naming the option and the
+        fix. Pure: safe to repeat, contacts no service.
         """
         opts = normalize_options(options)
         producer = {k[len("kafka."):]: v for k, v in opts.items()
                     if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
         redis_url = opts.get("redis.url")
-        redis = None
-        if redis_url:
+        if redis is None and redis_url:
             try:
                 redis = RedisConfig(
                     url=str(redis_url),

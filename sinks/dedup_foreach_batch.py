@@ -5,8 +5,7 @@ into a Python worker twice: once for the dedup decision (its IDs), once for
 the write (the whole row). Here both happen in the same task::
 
     config = DedupConfig("orders-v1", redis=RedisConfig(redis_url))
-    writer = deduplicate_to_kafka(df, config, {"kafka.bootstrap.servers": ..., "topic": "out",
-                                               "app.id": "orders-v1", "redis.url": ...})
+    writer = deduplicate_to_kafka(df, config, {"kafka.bootstrap.servers": ..., "topic": "out"})
     query = writer.option("checkpointLocation", ...).start()
 
 Each micro-batch is shuffled by shard as the operator does; each partition
@@ -14,7 +13,8 @@ then decides its rows (one idempotent claim per shard, recorded under the
 query and batch, so a retry decides what the first attempt did) and writes
 the kept ones through the sink's core (:func:`sinks.writer.write_batches`:
 checkpoint first, one Kafka transaction with the batch marker). The
-guarantees are those of the operator followed by the sink.
+guarantees are those of the operator followed by the sink. The sink takes
+its app id and its Redis (the checkpoint store) from the ``DedupConfig``.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from dedup.config import DedupConfig, InvalidIdPolicy
+from dedup.config import DedupConfig, InvalidIdPolicy, redact_url
 from dedup.metrics import DedupMetrics
 from dedup.operator import Deduplicator
 from dedup.spark_session import check_worker_imports, is_connect
+from sinks.config import normalize_options, parse_bool
 from sinks.exceptions import QueryIdReusedError, SinkConfigError
 from sinks.foreach_batch import WORKER_MODULES, WRITTEN_SCHEMA, ExactlyOnceKafkaForeachBatch
 
@@ -48,7 +49,10 @@ class DedupKafkaForeachBatch:
     config:
         The dedup operator's :class:`~dedup.DedupConfig`.
     options:
-        The sink's options, as for :class:`~sinks.ExactlyOnceKafkaForeachBatch`.
+        The sink's options, as for :class:`~sinks.ExactlyOnceKafkaForeachBatch`,
+        without ``app.id`` and ``redis.*``: the sink takes the app id and its
+        Redis from ``config``. Such an option that disagrees with ``config`` is
+        refused (:class:`~sinks.SinkConfigError`); one that agrees is accepted.
     num_partitions:
         Partitions of the shuffle by shard, which are also the sink's
         partitions (pinned per dedup app id, as for the operator).
@@ -68,7 +72,8 @@ class DedupKafkaForeachBatch:
     def __init__(self, config: DedupConfig, options: Mapping[str, Any],
                  num_partitions: int | None = None) -> None:
         self.dedup = Deduplicator(config, num_partitions, gc_listener=False)
-        self.sink = ExactlyOnceKafkaForeachBatch(options)
+        self.sink = ExactlyOnceKafkaForeachBatch(one_pass_options(config, options),
+                                                 redis=config.redis)
         # What each batch needs of the plan (its columns stay on the client).
         self._partitions: int | None = None
         self._step_config: DedupConfig | None = None
@@ -217,6 +222,44 @@ class DedupKafkaForeachBatch:
         self.sink.release()
 
 
+def one_pass_options(config: DedupConfig, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The sink options of one pass: ``options`` with ``config``'s app id.
+
+    The app id and the Redis are the ``DedupConfig``'s: an ``app.id``,
+    ``redis.url`` or ``redis.require.persistence`` option is only accepted
+    when it says the same (a pipeline whose claims and checkpoints lived under
+    two app ids or in two Redis would not be the one pipeline it looks like).
+    Pure; safe to repeat.
+
+    Raises
+    ------
+    SinkConfigError
+        Such an option disagrees with ``config`` (one line naming both values).
+    """
+    opts = normalize_options(options)
+    given = opts.get("app.id")
+    if given is not None and str(given) != config.app_id:
+        raise SinkConfigError(
+            f"option app.id={str(given)!r} disagrees with DedupConfig.app_id="
+            f"{config.app_id!r}: deduplicate_to_kafka takes the app id from the DedupConfig; "
+            "remove option app.id")
+    url = opts.get("redis.url")
+    if url is not None and str(url) != config.redis.url:
+        raise SinkConfigError(
+            f"option redis.url={redact_url(str(url))!r} disagrees with DedupConfig.redis.url="
+            f"{redact_url(config.redis.url)!r}: deduplicate_to_kafka takes the Redis from the "
+            "DedupConfig; remove option redis.url")
+    persistence = opts.get("redis.require.persistence")
+    if persistence is not None and parse_bool(
+            "redis.require.persistence", persistence) != config.redis.require_persistence:
+        raise SinkConfigError(
+            f"option redis.require.persistence={persistence!r} disagrees with "
+            f"DedupConfig.redis.require_persistence={config.redis.require_persistence}: "
+            "deduplicate_to_kafka takes the Redis from the DedupConfig; remove option "
+            "redis.require.persistence")
+    return {**opts, "app.id": config.app_id}
+
+
 def keep_rows(config: DedupConfig, received: list[Any], columns: list[str], query_id: str,
               batch: int, partition: int) -> tuple[list[Any], dict[str, int]]:
     """Decide one partition's rows (Arrow batches with the hidden columns); return the
@@ -261,7 +304,9 @@ def deduplicate_to_kafka(df: Any, config: DedupConfig, options: Mapping[str, Any
     Returns the ``DataStreamWriter`` (set ``checkpointLocation``, a trigger,
     then ``start()``). Same result as ``deduplicate(df, config)`` followed by
     the ``exactly_once_kafka`` sink, with one Python round trip per row
-    instead of two. Raises the operator's start-up errors and
-    :class:`~sinks.SinkConfigError` for invalid sink options.
+    instead of two. The sink takes the app id and the Redis from ``config``
+    (see :func:`one_pass_options`). Raises the operator's start-up errors and
+    :class:`~sinks.SinkConfigError` for invalid sink options, or an ``app.id`` /
+    ``redis.*`` option that disagrees with ``config``.
     """
     return DedupKafkaForeachBatch(config, options, num_partitions).write_stream(df)

@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from dedup.config import RedisConfig
 from dedup.spark_session import (
     batch_identity,
     batch_scope,
@@ -55,6 +56,10 @@ class ExactlyOnceKafkaForeachBatch:
         keys when Spark's query id is not visible to the callable (under
         Spark Connect: when the session runs several streaming queries). It
         must stay the same across restarts from one checkpoint.
+    redis:
+        The checkpoint store's :class:`~dedup.config.RedisConfig`, in place of
+        the options ``redis.url`` and ``redis.require.persistence``
+        (:class:`DedupKafkaForeachBatch` passes its ``DedupConfig``'s).
 
     Calling it again for the same batch id is safe (the batch is skipped).
     A failure raises, and the query fails or Spark retries the batch.
@@ -65,9 +70,9 @@ class ExactlyOnceKafkaForeachBatch:
     output.name) in this process is refused at its first call.
     """
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], *, redis: RedisConfig | None = None) -> None:
         self.options = normalize_options(options)
-        self.config = SinkConfig.from_options(self.options)
+        self.config = SinkConfig.from_options(self.options, redis)
         self.fixed_query_id = self.options.get("query.id")
         self._prepared = False
         self._owners: set[str] = set()  # query ids whose output lease this instance took
