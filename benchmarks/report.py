@@ -44,6 +44,14 @@ HEADLINES = {
     "model": ("model_states_explored", "model_violations", "model_mutants",
               "model_mutants_caught"),
 }
+SOAK_KEYS = {
+    "soak": ("batches", "worker_rss_growth_mb_per_1k_batches", "throughput_last_over_first",
+             "exact", "redis_bytes_per_live_id"),
+    "soak_baseline": ("batches", "worker_rss_growth_mb_per_1k_batches",
+                      "throughput_last_over_first"),
+}
+"""The soak's figures (``soak.json``, ``soak_baseline.json``), in the summary as
+``<file>_<key>``: ``soak_batches``, ``soak_worker_rss_growth_mb_per_1k_batches``, ..."""
 ROUNDED = ("operators", "e2e")
 """Benchmarks whose ratios are medians over rounds: each headline ratio has its
 ``<ratio>_spread`` (max - min over the rounds) beside it in the summary."""
@@ -74,6 +82,10 @@ def summary_figures(data: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if "operators" in data:
         figures["redis_roundtrips_per_shard_batch_spark"] = (
             data["operators"]["redis_roundtrips_per_shard_batch"])
+    for name, keys in SOAK_KEYS.items():
+        if name in data:
+            figures.update({f"{name}_{k}": data[name][k] for k in keys
+                            if data[name].get(k) is not None})
     return figures
 
 
@@ -147,6 +159,8 @@ def plots(data: dict[str, dict[str, Any]], results: Path = RESULTS_DIR) -> list[
         fig.savefig(results / "growth.png", dpi=110)
         plt.close(fig)
         written.append("growth.png")
+    if "soak" in data:
+        written.append(_soak_plot(data["soak"], data.get("soak_baseline"), results))
     if "restart" in data:
         median = data["restart"]["median_s"]
         names = list(median)
@@ -166,6 +180,79 @@ def plots(data: dict[str, dict[str, Any]], results: Path = RESULTS_DIR) -> list[
         plt.close(fig)
         written.append("restart.png")
     return written
+
+
+def _soak_plot(soak: dict[str, Any], baseline: dict[str, Any] | None, results: Path) -> str:
+    """soak.png: resident memory of each process over the batches (the baseline's
+    workers dashed), and records/s per 100 batches with the 1-minute load average."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = soak["samples"]
+    xs = [s["batches"] for s in samples]
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
+    for key, label in (("workers_mb", "Python task workers (sum)"),
+                       ("driver_jvm_mb", "Spark JVM"), ("driver_python_mb", "driver (Python)"),
+                       ("other_python_mb", "other Python (daemons, planners, source)"),
+                       ("kafka_mb", "Kafka broker"), ("redis_mb", "Redis")):
+        axes[0].plot(xs, [s.get(key) for s in samples], label=label, linewidth=1)
+    if baseline:
+        axes[0].plot([s["batches"] for s in baseline["samples"]],
+                     [s.get("workers_mb") for s in baseline["samples"]], linestyle="--",
+                     color="black", linewidth=1, label="baseline workers (no dedup, ALO)")
+    axes[0].axvline(soak["warmup_batches"], color="grey", linestyle=":", linewidth=1)
+    axes[0].set_xlabel("micro-batches committed")
+    axes[0].set_ylabel("resident memory (MB)")
+    axes[0].set_title("Memory per process (VmRSS)")
+    axes[0].legend(fontsize=7, loc="upper left")
+    windows = soak["windows"]
+    mid = [(w["first_batch"] + w["last_batch"]) / 2 for w in windows]
+    axes[1].plot(mid, [w["records_per_s"] for w in windows], marker="o", label="records/s")
+    axes[1].set_xlabel("micro-batches committed")
+    axes[1].set_ylabel("records/s per 100 batches")
+    axes[1].set_ylim(bottom=0)
+    load = axes[1].twinx()
+    load.plot(mid, [w.get("load_1m") for w in windows], color="tab:red", linestyle="--",
+              label="load average (1 min)")
+    load.set_ylabel("load average (2 cores)")
+    load.set_ylim(bottom=0)
+    axes[1].set_title("Throughput and machine load")
+    axes[1].legend(loc="lower left", fontsize=7)
+    load.legend(loc="lower right", fontsize=7)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Soak: dedup run, one pass, {soak['batches']:,} batches of "
+                 f"{soak['setup']['rows_per_batch']:,} rows, local[2]")
+    fig.tight_layout()
+    fig.savefig(results / "soak.png", dpi=110)
+    plt.close(fig)
+    return "soak.png"
+
+
+def _soak_lines(soak: dict[str, Any], baseline: dict[str, Any] | None) -> list[str]:
+    growth = soak["rss_growth_mb_per_1k_batches"]
+    lines = ["", "## Soak: dedup run for thousands of micro-batches" + _ran(soak), "",
+             f"{soak['variant']}; {json.dumps(soak['setup'])}. Worker growth: "
+             f"{soak['worker_rss_growth_mb_per_1k_batches']} MB per 1,000 batches after the "
+             f"first {soak['warmup_batches']} (per worker: "
+             f"{json.dumps(soak['worker_rss_growth_mb_per_1k_batches_per_worker'])}); other "
+             f"processes, MB per 1,000 batches: {json.dumps(growth)}. Redis "
+             f"{soak['redis_bytes_per_live_id']} B per live ID ({soak['live_ids']:,} IDs). "
+             f"Verification: {(soak.get('verification') or {}).get('summary')}."]
+    if baseline:
+        lines += ["", f"Baseline ({baseline['variant']}, run {baseline['metadata']['date']}): "
+                      f"{baseline['batches']:,} batches, worker growth "
+                      f"{baseline['worker_rss_growth_mb_per_1k_batches']} MB per 1,000 "
+                      f"batches after {baseline['warmup_batches']}."]
+    lines += ["", "| batches | records/s | load 1 min | task workers MB | JVM MB | "
+                  "Redis used MB |", "|---|---|---|---|---|---|"]
+    for w in soak["windows"]:
+        lines.append(f"| {w['first_batch']}-{w['last_batch']} | {w['records_per_s']:,.0f} | "
+                     f"{w.get('load_1m', '-')} | {w.get('workers_mb', '-')} | "
+                     f"{w.get('driver_jvm_mb', '-')} | {w.get('redis_used_memory_mb', '-')} |")
+    return [*lines, "", "![soak](soak.png)"]
 
 
 def _bar(value: float | None, bar: float, goal: float | None = None,
@@ -254,6 +341,17 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
         ("bloom_fp_probe_over_configured", "<= 1.5x (at full load)",
          _bar(figures.get("bloom_fp_probe_over_configured"), 1.5, lower_is_better=True)),
         ("bloom_bits_per_id_over_theory", "~1.0", ""),
+        ("soak_batches", ">= 2,000", _bar(figures.get("soak_batches"), 2000)),
+        ("soak_worker_rss_growth_mb_per_1k_batches", "<= 5 (after the warm-up)",
+         _bar(figures.get("soak_worker_rss_growth_mb_per_1k_batches"), 5.0,
+              lower_is_better=True)),
+        ("soak_baseline_worker_rss_growth_mb_per_1k_batches",
+         "reported (same job shape, no dedup, no transaction)", ""),
+        ("soak_throughput_last_over_first", ">= 0.9 (machine load differs: see the section)",
+         _bar(figures.get("soak_throughput_last_over_first"), 0.9)),
+        ("soak_exact", "true", "" if "soak_exact" not in figures else
+         "met" if figures["soak_exact"] is True else "MISSED"),
+        ("soak_redis_bytes_per_live_id", "reported", ""),
         ("e2e_eos_over_alo_kafka", ">= 0.8x (goal 0.92x)",
          _bar(figures.get("e2e_eos_over_alo_kafka"), 0.8, 0.92)),
         ("e2e_eos_weak_over_alo_kafka", "reported (weak productions)", ""),
@@ -412,6 +510,8 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
                          f"{s['round_trips_per_shard_batch']} | "
                          f"{s['redis_used_memory'] / 2**20:,.0f} | {s['bytes_per_id']} |")
         lines += ["", "![growth](growth.png)"]
+    if "soak" in data:
+        lines += _soak_lines(data["soak"], data.get("soak_baseline"))
     if "profile_operator" in data:
         prof = data["profile_operator"]
         lines += ["", "## Profile of one operator partition", "",
@@ -447,7 +547,8 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
 def main() -> dict[str, Any]:
     data = {name: d for name in ("bloom", "operators", "e2e", "growth", "profile_operator",
                                  "sink", "dedup_quick", "redis_cluster",
-                                 "kafka_cluster", "spark_cluster", "restart", "model")
+                                 "kafka_cluster", "spark_cluster", "restart", "model",
+                                 "soak", "soak_baseline")
             if (d := load(name)) is not None}
     figures = summary_figures(data)
     merge_summary(figures)
