@@ -20,6 +20,7 @@ import sys
 import time
 from array import array
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tests.model.protocol import (
@@ -30,6 +31,7 @@ from tests.model.protocol import (
     State,
     canonical,
     canonical_order,
+    check,
     complete,
     expected_outputs,
     initial_state,
@@ -227,6 +229,78 @@ def _not_live(starts: array, targets: array, goal: bytearray) -> int:
                 live[i] = 1
                 stack.append(i)
     return next((i for i in range(n) if not live[i]), -1)
+
+
+@dataclass
+class Walk:
+    """A concrete trace of the model: each step's label, kind and the state it led to."""
+
+    inst: Instance
+    seed: int
+    steps: list[tuple[str, str, State]]
+
+    @property
+    def labels(self) -> list[str]:
+        return [label for label, _, _ in self.steps]
+
+    @property
+    def final(self) -> State:
+        return self.steps[-1][2] if self.steps else initial_state(self.inst)
+
+
+def walk(inst: Instance, seed: int, inject: tuple[str, ...] = (), avoid: tuple[str, ...] = (),
+         inject_chance: float = 0.3, max_steps: int = 400,
+         checked: bool = True) -> Walk | None:
+    """A seeded random path of the model from the initial state to a quiet end: every
+    batch in Spark's commit log and no task left, zombies included.
+
+    At each state it takes one enabled successor: a failure only when it matches the
+    next pattern (regular expression on the label) of ``inject``, with probability
+    ``inject_chance`` whenever one is enabled, otherwise a protocol or recovery step
+    chosen at random; steps whose label matches ``avoid`` are never taken. Workers keep
+    their numbers (no canonical renumbering), so the labels name real threads. Every
+    state on the path passes :func:`tests.model.protocol.check` (asserted; not with
+    ``checked=False``, for a mutant's trace). Returns
+    None when the walk ends elsewhere (stuck, too long, or a failure never injected).
+    Deterministic for a given seed. These are the traces the conformance test replays
+    against the real implementation (tests/model/replay.py).
+    """
+    import random
+
+    rng = random.Random(seed)
+    expected = expected_outputs(inst)
+    s = initial_state(inst)
+    pending = list(inject)
+    steps: list[tuple[str, str, State]] = []
+    while not (complete(inst, s) and not s.tasks and not pending):
+        if len(steps) >= max_steps:
+            return None
+        succ = [x for x in successors(inst, s) if not any(re.search(a, x[0]) for a in avoid)]
+        fails = [x for x in succ if x[1] == "failure" and pending and re.search(pending[0], x[0])]
+        moves = [x for x in succ if x[1] != "failure"]
+        if fails and (not moves or rng.random() < inject_chance):
+            step = rng.choice(fails)
+            pending.pop(0)
+        elif moves:
+            step = rng.choice(moves)
+        else:
+            return None
+        s = step[2]
+        if checked:
+            bad = check(inst, s, expected)
+            assert not bad, (bad, [label for label, _, _ in steps])
+        steps.append(step)
+    return Walk(inst, seed, steps)
+
+
+def find_walk(inst: Instance, want: Callable[[list[str]], bool], inject: tuple[str, ...] = (),
+              avoid: tuple[str, ...] = (), seeds: range = range(2000)) -> Walk:
+    """The first walk (by seed) whose labels satisfy ``want``; deterministic."""
+    for seed in seeds:
+        found = walk(inst, seed, inject, avoid)
+        if found is not None and want(found.labels):
+            return found
+    raise LookupError(f"no walk of {inst.name} with {inject} in {seeds}")
 
 
 def run_bound(bound: str, forms: tuple[str, ...] = FORMS, mutant: str = "",
