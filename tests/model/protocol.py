@@ -42,7 +42,9 @@ CRASH_POINTS: dict[str, str] = {
                         "_produce_all)",
     "sink.before_commit": "after producing, before commit_transaction (_attempt)",
     "sink.after_commit": "after the Kafka commit, before the task returns (write_partition); "
-                         "also after a skip and after an empty partition",
+                         "also after a skip. An empty partition passes it right after "
+                         "sink.after_checkpoint, where the model fires only that one (a crash "
+                         "at either leaves the same state)",
 }
 """The model's named crash points. A failure ``raise at <name>`` is the fail-point's
 ``raise`` action (InjectedFault; write_partition's ``except BaseException`` drops the
