@@ -8,6 +8,7 @@ Secrets (a Redis password in the URL) are never shown by ``repr``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,63 @@ from dedup.redis_nodes import CLUSTER_SCHEMES
 
 APP_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 MAX_SHARDS = 4096
+DEFAULT_LEASE_SECONDS = 60.0
+"""The app id's lease (``DedupConfig.lease_seconds``) and the sink output's
+(option ``lease.seconds``), in seconds."""
+TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
+FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+"""What :func:`parse_bool` reads as true and as false (any case)."""
+
+
+# The one parser of settings given as text (the sink's Spark options): every
+# duration in seconds, every name in the words of the config fields it sets.
+def parse_bool(name: str, raw: object, error: type[ConfigError] = ConfigError) -> bool:
+    """``raw`` (true/false, 1/0, yes/no, on/off, any case; or a bool) as a boolean.
+
+    Pure. Raises ``error`` (a :class:`ConfigError`) naming ``name`` and the
+    accepted values.
+    """
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in TRUE_WORDS:
+        return True
+    if text in FALSE_WORDS:
+        return False
+    raise error(f"{name}={raw!r} must be true or false")
+
+
+def parse_int(name: str, raw: object, minimum: int = 0,
+              error: type[ConfigError] = ConfigError) -> int:
+    """``raw`` (an integer or its text) as an integer of at least ``minimum``.
+
+    Pure. Raises ``error`` naming ``name`` when it is no integer or too small.
+    """
+    try:
+        if isinstance(raw, (bool, float)):
+            raise ValueError(raw)
+        value = int(str(raw).strip())
+    except ValueError as exc:
+        raise error(f"{name}={raw!r} must be an integer") from exc
+    if value < minimum:
+        raise error(f"{name} must be >= {minimum}, not {value}")
+    return value
+
+
+def parse_seconds(name: str, raw: object, minimum: float = 0.0,
+                  error: type[ConfigError] = ConfigError) -> float:
+    """``raw`` (a number of seconds or its text, fractions allowed) as seconds, at least
+    ``minimum``. Pure. Raises ``error`` naming ``name`` when it is no finite number or
+    too small."""
+    try:
+        if isinstance(raw, bool):
+            raise ValueError(raw)
+        value = float(str(raw).strip())
+    except ValueError as exc:
+        raise error(f"{name}={raw!r} must be a number of seconds") from exc
+    if not math.isfinite(value) or value < minimum:
+        raise error(f"{name} must be a number of seconds >= {minimum:g}, not {raw!r}")
+    return value
 
 
 def validate_app_id(app_id: object) -> str:
@@ -303,7 +361,7 @@ class RetentionConfig:
 class FailPointConfig:
     """Where armed fail-points are looked up (tests and the chaos runner only).
 
-    ``directory`` is the fail-point folder (the sink's option ``fail.point.dir``);
+    ``directory`` is the fail-point folder (the sink's option ``fail.points.directory``);
     ``None`` (the default) falls back to the ``DEDUP_FAIL_POINT_DIR`` environment
     variable, and with neither fail-points are off. See :mod:`dedup.failpoints`.
     """
@@ -359,7 +417,7 @@ class DedupConfig:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     fail_points: FailPointConfig = field(default_factory=FailPointConfig)
     allow_shared_app_id: bool = False
-    lease_seconds: float = 60.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     journal_versions: int = 64
     invalid_ids: InvalidIdPolicy = InvalidIdPolicy.FAIL
 

@@ -14,7 +14,7 @@ the pid is in the fired file, written just before the stop). The fired file
 is the proof that the fault hit.
 
 The folder comes from :class:`dedup.config.FailPointConfig` (the sink's option
-``fail.point.dir``) or, failing that, from the ``DEDUP_FAIL_POINT_DIR``
+``fail.points.directory``) or, failing that, from the ``DEDUP_FAIL_POINT_DIR``
 environment variable. When neither is set a check costs one attribute test
 and one environment lookup.
 

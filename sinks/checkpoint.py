@@ -157,8 +157,11 @@ class CheckpointStore:
 
         return list(self._call(what, run))
 
-    def _lease(self, query_id: str, lease_ms: int, mode: str) -> list[Any]:
-        return self._script("sink_lease", [self.lease_key], [query_id, lease_ms, mode],
+    def _lease(self, query_id: str, lease_seconds: float, mode: str) -> list[Any]:
+        # The script counts milliseconds of Redis's clock (PEXPIRE); a lease under
+        # one is still one (0 would mean none).
+        millis = max(1, int(lease_seconds * 1000)) if lease_seconds > 0 else 0
+        return self._script("sink_lease", [self.lease_key], [query_id, millis, mode],
                             f"{mode} the lease of sink output {self.identity!r}")
 
     def join_query(self, query_id: str, run_id: str, batch: int, topic: str = "",
@@ -212,14 +215,14 @@ class CheckpointStore:
             _JOINED.clear()
         _JOINED[seen] = batch
 
-    def take_lease(self, query_id: str, lease_ms: int) -> None:
-        """Take or renew this output's lease for ``query_id`` for ``lease_ms``.
+    def take_lease(self, query_id: str, lease_seconds: float) -> None:
+        """Take or renew this output's lease for ``query_id`` for ``lease_seconds``.
 
         Safe to repeat. Raises :class:`~sinks.exceptions.OutputNameInUseError`
         (fatal) when another query holds it: a second pipeline on this
         (app_id, output.name) would overwrite the first one's batch markers.
         """
-        held, owner, left_ms = self._lease(query_id, lease_ms, "take")
+        held, owner, left_ms = self._lease(query_id, lease_seconds, "take")
         if not held:
             owner = owner.decode() if isinstance(owner, bytes) else str(owner)
             raise OutputNameInUseError(
@@ -404,12 +407,12 @@ def release_on_stop(spark: Any, spark_query_id: str, owner: str, config: Any) ->
     """Release ``config``'s output lease held by ``owner`` when the streaming query
     ``spark_query_id`` of ``spark`` terminates; return whether that was arranged.
 
-    Without it the lease lapses ``lease.ms`` after the query's last write, and
+    Without it the lease lapses ``lease.seconds`` after the query's last write, and
     a new query on the output (a checkpoint reset) is refused until then.
     Safe to repeat. Arranged only when ``spark``'s query manager runs that
     query (its listener hears only its own queries).
     """
-    if not (config.strong_productions and config.redis is not None and config.lease_ms):
+    if not (config.strong_productions and config.redis is not None and config.lease_seconds):
         return False
     from dedup.gc import session_listener
 

@@ -15,7 +15,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dedup.config import RedisConfig, redact_url, validate_app_id
+from dedup.config import (
+    DEFAULT_LEASE_SECONDS,
+    FALSE_WORDS,
+    FailPointConfig,
+    RedisConfig,
+    parse_bool,
+    parse_int,
+    parse_seconds,
+    redact_url,
+    validate_app_id,
+)
 from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.exceptions import ConfigError
 from sinks.exceptions import SinkConfigError, UnsafeSinkSettingError
@@ -23,8 +33,8 @@ from sinks.exceptions import SinkConfigError, UnsafeSinkSettingError
 DATA_SOURCE_NAME = "exactly_once_kafka"
 DEFAULT_MARKER_TOPIC = "__dedup_markers"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+"""Kafka's ``transaction.timeout.ms`` of the sink's producers (Kafka's unit, ms)."""
 DEFAULT_MAX_BATCH_DURATION_MS = 60_000
-DEFAULT_LEASE_MS = 60_000
 DEFAULT_PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
 """librdkafka's default ``message.max.bytes``."""
 
@@ -33,11 +43,9 @@ _SECRET_WORDS = ("password", "secret", "token", "oauthbearer.config", "ssl.key.p
 # Java client settings that Spark's sink accepts but librdkafka does not know;
 # the sink always writes bytes, so they have no meaning here.
 _JAVA_ONLY = {"key.serializer", "value.serializer", "key.deserializer", "value.deserializer"}
-_TRUE = {"true", "1", "yes", "on"}
 # Like an app id; no '/', which separates the two in every name (app ids cannot
 # contain it, so "<app>/<output>" never equals another app id's names).
 _OUTPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_FALSE = {"false", "0", "no", "off"}
 
 def is_secret(name: str) -> bool:
     """Whether a client property holds a secret that must never be logged."""
@@ -58,34 +66,22 @@ def normalize_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k).lower(): v for k, v in options.items()}
 
 
+# The options' readers: the core's parsers (dedup.config), under the option's name.
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = options.get(name)
-    if raw is None:
-        return default
-    return parse_bool(name, raw)
-
-
-def parse_bool(name: str, raw: object) -> bool:
-    """Option ``name``'s value ``raw`` as a boolean (true/false, 1/0, yes/no, on/off)."""
-    text = str(raw).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise SinkConfigError(f"option {name}={raw!r} must be true or false")
+    return default if raw is None else parse_bool(f"option {name}", raw, SinkConfigError)
 
 
 def _int(options: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
     raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError as exc:
-        raise SinkConfigError(f"option {name}={raw!r} must be an integer") from exc
-    if value < minimum:
-        raise SinkConfigError(f"option {name} must be >= {minimum}, not {value}")
-    return value
+    return default if raw is None else parse_int(f"option {name}", raw, minimum,
+                                                 SinkConfigError)
+
+
+def _seconds(options: Mapping[str, str], name: str, default: float) -> float:
+    raw = options.get(name)
+    return default if raw is None else parse_seconds(f"option {name}", raw,
+                                                     error=SinkConfigError)
 
 
 def sink_identity(app_id: str, output_name: str = "") -> str:
@@ -148,22 +144,25 @@ class SinkConfig:
     transaction_retries:
         Option ``transaction.retries``: attempts of one partition after abortable
         Kafka errors.
-    fail_point_dir:
-        Option ``fail.point.dir``: folder of armed fail-points (tests and chaos
-        runs only; see :mod:`dedup.failpoints`).
+    fail_points:
+        Option ``fail.points.directory``: :class:`~dedup.config.FailPointConfig`,
+        the folder of armed fail-points (tests and chaos runs only; see
+        :mod:`dedup.failpoints`), as ``DedupConfig.fail_points``.
     output_name:
         Option ``output.name``: names one of several outputs of an app id (for
         example two sinks in one ``foreachBatch``). When set, transactional ids
         (``<app_id>/<output>.p<partition>``), marker groups and checkpoint keys
         include it, so the outputs never share markers. Empty (the default)
         keeps the key formats of a single output.
-    lease_ms:
-        Option ``lease.ms``: the output's lease (strong productions only, kept
-        in the checkpoint Redis). Every partition write that produces takes it
-        for its streaming query; another query id is refused
-        (:class:`~sinks.OutputNameInUseError`) until it lapses this long
-        (Redis's clock) after the holder's last write, or the holder's query
-        terminates. 0 turns it off (only for queries that are one pipeline).
+    lease_seconds:
+        Option ``lease.seconds`` (fractions allowed; the default is
+        ``DedupConfig.lease_seconds``'s): the output's lease (strong
+        productions only, kept in the checkpoint Redis). Every partition write
+        that produces takes it for its streaming query; another query id is
+        refused (:class:`~sinks.OutputNameInUseError`) until it lapses this
+        many seconds (Redis's clock) after the holder's last write, or the
+        holder's query terminates. 0 turns it off (only for queries that are
+        one pipeline).
     timings_path:
         Option ``timings.path``: a file on the driver's machine to which each
         committed batch appends the phase timings of its partition writes
@@ -182,9 +181,9 @@ class SinkConfig:
     marker_topic: str = DEFAULT_MARKER_TOPIC
     max_batch_duration_ms: int = DEFAULT_MAX_BATCH_DURATION_MS
     transaction_retries: int = 3
-    fail_point_dir: str | None = None
+    fail_points: FailPointConfig = field(default_factory=FailPointConfig)
     output_name: str = ""
-    lease_ms: int = DEFAULT_LEASE_MS
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     timings_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -209,8 +208,8 @@ class SinkConfig:
         if self.transaction_retries < 1:
             raise SinkConfigError("option transaction.retries must be >= 1, not "
                                   f"{self.transaction_retries}")
-        if self.lease_ms < 0:
-            raise SinkConfigError(f"option lease.ms must be >= 0, not {self.lease_ms}")
+        if not self.lease_seconds >= 0:
+            raise SinkConfigError(f"option lease.seconds must be >= 0, not {self.lease_seconds!r}")
         config = dict(self.producer_config)
         object.__setattr__(self, "producer_config", config)
         if "transactional.id" in config:
@@ -219,7 +218,7 @@ class SinkConfig:
                 f"(app.id, output.name, partition) as '{self.identity}.p<partition>'; "
                 "remove the option"
             )
-        if str(config.get("enable.idempotence", "true")).lower() in _FALSE:
+        if str(config.get("enable.idempotence", "true")).lower() in FALSE_WORDS:
             raise UnsafeSinkSettingError(
                 "option kafka.enable.idempotence=false is refused: transactions need the "
                 "idempotent producer; remove the option"
@@ -230,9 +229,7 @@ class SinkConfig:
                 f"options {', '.join('kafka.' + b for b in bad)} are Java client settings; "
                 "this sink writes the key and value columns as bytes: remove them"
             )
-        if self.max_message_bytes < 1:
-            raise SinkConfigError(f"option kafka.message.max.bytes must be >= 1, not "
-                                  f"{self.max_message_bytes}")
+        self.max_message_bytes  # noqa: B018 - parsed (and refused if not >= 1) here, once
         if self.transaction_timeout_ms < self.max_batch_duration_ms:
             raise UnsafeSinkSettingError(
                 f"kafka.transaction.timeout.ms={self.transaction_timeout_ms} is shorter than "
@@ -246,24 +243,14 @@ class SinkConfig:
     def transaction_timeout_ms(self) -> int:
         """The producer's ``transaction.timeout.ms`` (the sink's default when unset)."""
         raw = self.producer_config.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
-        try:
-            return int(raw)
-        except (TypeError, ValueError) as exc:
-            raise SinkConfigError(
-                f"option kafka.transaction.timeout.ms={raw!r} must be an integer"
-            ) from exc
+        return parse_int("option kafka.transaction.timeout.ms", raw, 1, SinkConfigError)
 
     @property
     def max_message_bytes(self) -> int:
         """The producer's ``message.max.bytes`` (librdkafka's default when unset): the
         largest record it sends, to any topic."""
         raw = self.producer_config.get("message.max.bytes", DEFAULT_PRODUCER_MAX_MESSAGE_BYTES)
-        try:
-            return int(raw)
-        except (TypeError, ValueError) as exc:
-            raise SinkConfigError(
-                f"option kafka.message.max.bytes={raw!r} must be an integer"
-            ) from exc
+        return parse_int("option kafka.message.max.bytes", raw, 1, SinkConfigError)
 
     @property
     def compresses(self) -> bool:
@@ -338,7 +325,8 @@ class SinkConfig:
             try:
                 redis = RedisConfig(
                     url=str(redis_url),
-                    require_persistence=_bool(opts, "redis.require.persistence", True),
+                    require_persistence=_bool(opts, "redis.require.persistence",
+                                              RedisConfig.require_persistence),
                 )
             except ConfigError as exc:
                 raise SinkConfigError(f"option redis.url: {exc}") from exc
@@ -355,8 +343,8 @@ class SinkConfig:
             max_batch_duration_ms=_int(opts, "max.batch.duration.ms",
                                        DEFAULT_MAX_BATCH_DURATION_MS, minimum=1),
             transaction_retries=_int(opts, "transaction.retries", 3, minimum=1),
-            fail_point_dir=opts.get("fail.point.dir") or None,
+            fail_points=FailPointConfig(opts.get("fail.points.directory") or None),
             output_name=str(opts.get("output.name") or "").strip(),
-            lease_ms=_int(opts, "lease.ms", DEFAULT_LEASE_MS),
+            lease_seconds=_seconds(opts, "lease.seconds", DEFAULT_LEASE_SECONDS),
             timings_path=opts.get("timings.path") or None,
         )

@@ -182,7 +182,7 @@ def release_when_stopped(spark: Any, query: Any, options: Mapping[str, Any]) -> 
     """Release the output lease of ``query`` (started by ``spark`` with ``options``) when
     it terminates; return whether that was arranged. Safe to repeat.
 
-    Without it the lease lapses ``lease.ms`` after the query's last write, and
+    Without it the lease lapses ``lease.seconds`` after the query's last write, and
     a new query on the same output (a checkpoint reset right after a clean
     stop) is refused until then.
     """

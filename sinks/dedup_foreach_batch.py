@@ -23,11 +23,11 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from dedup.config import DedupConfig, InvalidIdPolicy, redact_url
+from dedup.config import DedupConfig, InvalidIdPolicy, parse_bool, redact_url
 from dedup.metrics import DedupMetrics
 from dedup.operator import Deduplicator
 from dedup.spark_session import check_worker_imports, is_connect
-from sinks.config import normalize_options, parse_bool
+from sinks.config import normalize_options
 from sinks.exceptions import QueryIdReusedError, SinkConfigError
 from sinks.foreach_batch import WORKER_MODULES, WRITTEN_SCHEMA, ExactlyOnceKafkaForeachBatch
 
@@ -65,7 +65,7 @@ class DedupKafkaForeachBatch:
     Under Spark Connect the function runs in a Python process of the server,
     on a copy taken when the query is built: :attr:`last_metrics` and
     :meth:`batch_metrics` of the client's instance stay empty there, and the
-    app id's lease lapses ``lease.ms`` after the last batch instead of being
+    app id's lease lapses ``lease_seconds`` after the last batch instead of being
     released when the query stops.
     """
 
@@ -251,7 +251,8 @@ def one_pass_options(config: DedupConfig, options: Mapping[str, Any]) -> dict[st
             "DedupConfig; remove option redis.url")
     persistence = opts.get("redis.require.persistence")
     if persistence is not None and parse_bool(
-            "redis.require.persistence", persistence) != config.redis.require_persistence:
+            "option redis.require.persistence", persistence,
+            error=SinkConfigError) != config.redis.require_persistence:
         raise SinkConfigError(
             f"option redis.require.persistence={persistence!r} disagrees with "
             f"DedupConfig.redis.require_persistence={config.redis.require_persistence}: "

@@ -168,7 +168,7 @@ class ExactlyOnceKafkaForeachBatch:
         The lease is also released when the query terminates, where this process's
         first SparkSession runs it; otherwise (and always under Spark Connect, whose
         copy of this function writes in a process of the server) it lapses
-        ``lease.ms`` after the last write.
+        ``lease.seconds`` after the last write.
         """
         key = (self.config.app_id, self.config.output_name)
         with _OUTPUTS_LOCK:
@@ -187,7 +187,7 @@ class ExactlyOnceKafkaForeachBatch:
         if is_connect(df):
             # The function runs in a Python process of the Connect server that ends
             # with the query, before a listener there would hear it stop: the lease
-            # lapses lease.ms after the last write (release() cannot reach it either).
+            # lapses lease.seconds after the last write (release() cannot reach it either).
             return
         # The micro-batch DataFrame belongs to the query's cloned session, whose
         # listener bus never hears the query's events (see query_session).

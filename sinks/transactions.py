@@ -409,7 +409,7 @@ def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfi
         if index == half and half:
             # The flush only when the point fires: a read_uncommitted reader then
             # sees the half that was produced.
-            fail_point("sink.mid_produce", config.fail_point_dir,
+            fail_point("sink.mid_produce", config.fail_points.directory,
                        before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
                        partition=partition, attempt=attempt, rows=len(records))
         headers: list[tuple[str, str | bytes | None]] = [*record.headers,
@@ -499,12 +499,12 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
                                         marker_qid)
         if done:
             return True, 0
-    if store is not None and config.lease_ms:
+    if store is not None and config.lease_seconds:
         # After get_producer: a query that takes the lease over later must
         # init_transactions after it, which fences this producer, so a write
         # checked here cannot commit after a takeover.
         with clock("lease"):
-            store.take_lease(query_id, config.lease_ms)
+            store.take_lease(query_id, config.lease_seconds)
     try:
         with clock("begin"):
             producer.begin_transaction()
@@ -512,7 +512,7 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         # The marker first: a fenced (stale cached) producer fails here, before
         # any record is produced.
         marker = [TopicPartition(config.marker_topic, 0, batch + 1, metadata=query_id)]
-        fail_point("sink.before_send_offsets", config.fail_point_dir, batch=batch,
+        fail_point("sink.before_send_offsets", config.fail_points.directory, batch=batch,
                    partition=partition, attempt=attempt)
         with clock("send_offsets"):
             call_with_deadline(
@@ -520,7 +520,7 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
                 OFFSETS_TIMEOUT_S + STUCK_GRACE_S, f"send_offsets_to_transaction of {what}")
         with clock("produce"):
             _produce_all(producer, records, config, batch, partition, attempt)
-        fail_point("sink.before_commit", config.fail_point_dir,
+        fail_point("sink.before_commit", config.fail_points.directory,
                    before=lambda: producer.flush(CALL_TIMEOUT_S), batch=batch,
                    partition=partition, attempt=attempt, rows=len(records),
                    # the transaction's first and last record IDs: a chaos run finds
@@ -689,8 +689,8 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
     clock = clock or PhaseClock()
     if not records:
         # Nothing to make visible, and nothing a retry could emit twice.
-        fail_point("sink.after_commit", config.fail_point_dir, batch=batch, partition=partition,
-                   attempt=0, rows=0)
+        fail_point("sink.after_commit", config.fail_points.directory, batch=batch,
+                   partition=partition, attempt=0, rows=0)
         return PartitionResult(partition, batch, 0, False, replayed, 0, clock.finish())
     redo_after_fence = True
     attempt = 0
@@ -740,6 +740,6 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
             # and let the retry's init_transactions abort what it left.
             drop_producer(txn_id)
             raise
-    fail_point("sink.after_commit", config.fail_point_dir, batch=batch, partition=partition,
+    fail_point("sink.after_commit", config.fail_points.directory, batch=batch, partition=partition,
                attempt=attempt, rows=len(records))
     return result

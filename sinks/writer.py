@@ -136,7 +136,7 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     with clock("convert"):
         records, dead = to_records(arrow, config, layout, batch, partition,
                                    topic_limits(config))
-    fail_point("sink.after_checkpoint", config.fail_point_dir, batch=batch,
+    fail_point("sink.after_checkpoint", config.fail_points.directory, batch=batch,
                partition=partition, attempt=attempt, rows=len(records) + len(dead))
     try:
         return write_partition(config, records + dead, query_id, batch, partition,

@@ -9,8 +9,8 @@ them (only its documented fail-points, :mod:`dedup.failpoints`).
 Switching one on (per run, as before the move): a file ``mutant-<name>`` in the
 run's fail-point folder (:func:`arm_mutant`), read once per process and folder
 (:func:`mutant_on`). The wrappers find the folder in the configuration the toolkit
-already carries (``DedupConfig.fail_points.directory``, the sink's
-``fail_point_dir``) or in ``DEDUP_FAIL_POINT_DIR``; without the file a wrapper only
+already carries (``fail_points.directory`` of ``DedupConfig`` and of the sink's
+``SinkConfig``) or in ``DEDUP_FAIL_POINT_DIR``; without the file a wrapper only
 calls the original.
 
 Getting the wrappers into every process of a run: :func:`install` patches the
@@ -189,10 +189,10 @@ def _patch_config(module: ModuleType) -> None:
 
     def settings_without_fencing(self: Any, partition: int) -> dict[str, Any]:
         settings: dict[str, Any] = producer_settings(self, partition)
-        if mutant_on("no_fencing", self.fail_point_dir):
+        if mutant_on("no_fencing", self.fail_points.directory):
             # no_fencing: a fresh id per producer, so its init_transactions() fences
             # no earlier writer of the partition
-            _taken("no_fencing", self.fail_point_dir)
+            _taken("no_fencing", self.fail_points.directory)
             settings["transactional.id"] = (f"{self.transactional_id(partition)}."
                                             f"{uuid.uuid4().hex[:8]}")
         return settings
@@ -211,13 +211,13 @@ def _patch_transactions(module: ModuleType) -> None:
 
     def attempt_ignoring_the_marker(config: Any, records: Any, query_id: str, batch: int,
                                     partition: int, *args: Any, **kwargs: Any) -> Any:
-        if not mutant_on("marker_ignored", config.fail_point_dir):
+        if not mutant_on("marker_ignored", config.fail_points.directory):
             return attempt(config, records, query_id, batch, partition, *args, **kwargs)
         # marker_ignored: the marker (Kafka's, cached or read) and its Redis copy are
         # ignored. A marker that says "this batch is in" reads as "the one before it
         # is in"; every other marker is left as it is (a reused query id is still
         # refused, as before the move).
-        _taken("marker_ignored", config.fail_point_dir)
+        _taken("marker_ignored", config.fail_points.directory)
         txn_id = config.transactional_id(partition)
         if module._MARKERS.get(txn_id) == (query_id, batch + 1):
             module._MARKERS[txn_id] = (query_id, batch)
@@ -262,7 +262,8 @@ def _patch_checkpoint(module: ModuleType) -> None:
 
     def for_config_with_folder(cls: Any, config: Any) -> Any:
         store = for_config(cls, config)
-        setattr(store, _STORE_FOLDER, getattr(config, "fail_point_dir", None))
+        points = getattr(config, "fail_points", None)
+        setattr(store, _STORE_FOLDER, getattr(points, "directory", None))
         return store
 
     def owner(store: Any, query_id: str) -> str:

@@ -608,7 +608,7 @@ def _two_outputs(run: Run) -> int:
     def output(name: str, topic: str) -> Any:
         return ExactlyOnceKafkaForeachBatch({
             "app.id": run.app_id, "output.name": name, "kafka.bootstrap.servers": bootstrap,
-            "topic": topic, "redis.url": url, "fail.point.dir": str(run.fp_dir)})
+            "topic": topic, "redis.url": url, "fail.points.directory": str(run.fp_dir)})
 
     first, second = output("a", run.topic), output("b", second_topic)
     crashed = threading.Event()

@@ -352,7 +352,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
             **{str(k): str(v) for k, v in sink["options"].items()},
         }
         if fail_point_dir:
-            options["fail.point.dir"] = fail_point_dir
+            options["fail.points.directory"] = fail_point_dir
         if one_pass:
             one_pass_sink = sinks.DedupKafkaForeachBatch(
                 dedup_config(pipeline, addresses.redis_url, fail_point_dir), options)

@@ -47,7 +47,7 @@ def _run(spark, fmt: str, app_id: str, bootstrap: str, redis_url: str,  # type: 
         .writeStream.format(fmt)
         .option("app.id", app_id).option("kafka.bootstrap.servers", bootstrap)
         .option("topic", topic).option("redis.url", redis_url)
-        .option("fail.point.dir", str(fp_dir))
+        .option("fail.points.directory", str(fp_dir))
         .option("checkpointLocation", str(tmp_path / f"ckpt-{fmt}"))
         .start()
     )

@@ -56,7 +56,7 @@ def sink_options() -> set[str]:
     for path in ("sinks/config.py", "sinks/foreach_batch.py"):
         text = (ROOT / path).read_text()
         names |= set(re.findall(r'(?:opts|options)\.get\("([a-z.]+)"', text))
-        names |= set(re.findall(r'_(?:bool|int)\(opts, "([a-z.]+)"', text))
+        names |= set(re.findall(r'_(?:bool|int|seconds)\(opts, "([a-z.]+)"', text))
     return names
 
 
@@ -84,7 +84,7 @@ def rows() -> list[tuple[set[str], str, list[str]]]:
 
 def test_the_surface_is_found_in_the_code() -> None:
     names = surface()
-    for known in ("DedupConfig.retention.horizon_seconds", "option lease.ms",
+    for known in ("DedupConfig.retention.horizon_seconds", "option lease.seconds",
                   "option query.id", "[sink] one_pass", "[run] shuffle_partitions"):
         assert known in names, known
     assert len(names) > 80

@@ -139,7 +139,7 @@ def sink_options(bootstrap: str, topics: Topics, app_id: str, redis_url: str,
         "kafka.transaction.timeout.ms": "60000",
     }
     if fail_point_dir:
-        options["fail.point.dir"] = fail_point_dir
+        options["fail.points.directory"] = fail_point_dir
     return options
 
 

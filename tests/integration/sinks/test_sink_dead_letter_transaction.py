@@ -93,7 +93,7 @@ def test_dead_letters_and_outputs_become_visible_together_once(
     query = (df.writeStream.format("exactly_once_kafka")
              .option("kafka.bootstrap.servers", kafka_bootstrap).option("topic", out)
              .option("app.id", app_id).option("redis.url", redis_url)
-             .option("dead.letter.topic", dead).option("fail.point.dir", faults)
+             .option("dead.letter.topic", dead).option("fail.points.directory", faults)
              .option("checkpointLocation", tmp_checkpoint)
              .trigger(availableNow=True).start())
     try:

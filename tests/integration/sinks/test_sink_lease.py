@@ -76,7 +76,7 @@ def test_a_retry_after_another_query_wrote_the_output_is_not_produced_again(
     """Query A committed batch 3 to Kafka, then stopped before Spark's commit; after its
     lease lapsed a new query B wrote (its markers replace A's); A restarted from its
     checkpoint retries batch 3: already in, so it must be skipped."""
-    config = _sink(kafka_bootstrap, redis_url, app_id, **{"lease.ms": "300"})
+    config = _sink(kafka_bootstrap, redis_url, app_id, **{"lease.seconds": "0.3"})
     assert config.topic is not None
     write_partition(config, _records(config.topic, "a3"), "query-a", 3, 0)
     time.sleep(0.5)  # A's lease lapses
@@ -94,7 +94,7 @@ def test_a_retry_after_a_crash_between_commit_and_copy_and_another_querys_write_
     """As above, but A's worker died between its Kafka commit and the Redis copy of it
     (only A's commit intent is recorded) and B's commit replaced Kafka's marker: the
     output decides, and it shows A's batch 3 is in."""
-    config = _sink(kafka_bootstrap, redis_url, app_id, **{"lease.ms": "300"})
+    config = _sink(kafka_bootstrap, redis_url, app_id, **{"lease.seconds": "0.3"})
     assert config.topic is not None
     write_partition(config, _records(config.topic, "a3"), "query-a", 3, 0)
     store = CheckpointStore.for_config(config)
@@ -134,8 +134,9 @@ def test_a_refused_write_leaves_no_checkpoint_behind(kafka_bootstrap: str, redis
 def test_lease_is_an_option_and_zero_turns_it_off() -> None:
     options = {"app.id": "lease-opt", "kafka.bootstrap.servers": "127.0.0.1:1",
                "redis.url": "redis://127.0.0.1:1/0"}
-    assert SinkConfig.from_options(options).lease_ms == 60_000
-    assert SinkConfig.from_options({**options, "lease.ms": "0"}).lease_ms == 0
+    assert SinkConfig.from_options(options).lease_seconds == 60.0
+    assert SinkConfig.from_options({**options, "lease.seconds": "0"}).lease_seconds == 0
+    assert SinkConfig.from_options({**options, "lease.seconds": "2.5"}).lease_seconds == 2.5
 
 
 @pytest.mark.spark
@@ -143,7 +144,7 @@ def test_a_new_query_may_write_the_output_at_once_after_the_old_one_stopped(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_path: Any) -> None:
     """The lease is released when its query terminates (the session's listener), so a
-    checkpoint reset after a clean stop is not refused for ``lease.ms``; the output
+    checkpoint reset after a clean stop is not refused for ``lease.seconds``; the output
     stays exact (the dedup step in front drops what the first query emitted)."""
     from tests.integration.sinks.pipeline import (
         build_stream,

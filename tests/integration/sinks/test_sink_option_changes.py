@@ -39,7 +39,7 @@ PARTITIONS = 2
 # option -> (value before, value after) for the "down" direction; "up" swaps them.
 # None: the option is not set.
 CHANGES: dict[str, tuple[str | None, str | None]] = {
-    "lease.ms": ("60000", "5000"),
+    "lease.seconds": ("60", "5"),
     "max.batch.duration.ms": ("50000", "20000"),
     "transaction.retries": ("5", "1"),
     "timings.path": ("TIMINGS", None),
@@ -76,7 +76,7 @@ def _write(config: SinkConfig, query: str, batch: int, partition: int,
 def _options(app_id: str, kafka: str, redis_url: str, faults: str, tmp: Path,
              name: str, value: str | None) -> dict[str, str]:
     options = {"kafka.bootstrap.servers": kafka, "topic": f"{app_id}-out", "app.id": app_id,
-               "redis.url": redis_url, "fail.point.dir": faults,
+               "redis.url": redis_url, "fail.points.directory": faults,
                "kafka.transaction.timeout.ms": "60000"}
     if value is not None:
         value = value.replace("TIMINGS", str(tmp / "timings.jsonl"))

@@ -54,6 +54,7 @@ def test_the_worker_site_goes_first_once() -> None:
 # mutants did to them (no_fencing's wrapper is the one that needs no service).
 _PROBE = textwrap.dedent("""
     import importlib, json, sys
+    from dedup.config import FailPointConfig
     from sinks.config import SinkConfig
 
     names = {names!r}
@@ -61,7 +62,7 @@ _PROBE = textwrap.dedent("""
     ids = {{}}
     for folder in ({off!r}, {on!r}):
         config = SinkConfig(app_id="a", bootstrap_servers="b:1", strong_productions=False,
-                            fail_point_dir=folder)
+                            fail_points=FailPointConfig(folder))
         ids[folder] = [config.transactional_id(0),
                        config.producer_settings(0)["transactional.id"]]
     print(json.dumps({{"patched": [getattr(m, "__dedup_chaos_mutants__", False)

@@ -19,14 +19,14 @@ DOTTED = {
     "dead.letter.topic": "dlq",
     "marker.topic": "markers",
     "redis.require.persistence": "false",
-    "fail.point.dir": "/tmp/fp",
+    "fail.points.directory": "/tmp/fp",
 }
 
 
 def _fields(cfg: SinkConfig) -> tuple[object, ...]:
     return (cfg.app_id, cfg.strong_productions, cfg.record_id_column, cfg.dead_letter_topic,
             cfg.marker_topic, cfg.redis.require_persistence if cfg.redis else None,
-            cfg.fail_point_dir)
+            cfg.fail_points.directory)
 
 
 def test_dotted_names_parse() -> None:
@@ -72,3 +72,41 @@ def test_the_old_fail_point_field_name_is_gone() -> None:
     with pytest.raises(TypeError, match="failpoint_dir"):
         SinkConfig(app_id="a", bootstrap_servers="b:1", strong_productions=False,
                    failpoint_dir="/tmp/fp")  # type: ignore[call-arg]
+
+
+def test_the_sink_speaks_dedup_configs_names_and_units() -> None:
+    """``lease.seconds`` and ``fail.points.directory`` are ``DedupConfig``'s
+    ``lease_seconds`` and ``fail_points.directory``, same unit and default."""
+    from dedup.config import DedupConfig, FailPointConfig
+
+    dedup = DedupConfig(app_id="a")
+    cfg = SinkConfig.from_options({**BASE, "app.id": "a"})
+    assert cfg.lease_seconds == dedup.lease_seconds
+    assert cfg.fail_points == dedup.fail_points == FailPointConfig()
+    cfg = SinkConfig.from_options({**BASE, "app.id": "a", "lease.seconds": "0.25",
+                                   "fail.points.directory": "/tmp/fp"})
+    assert (cfg.lease_seconds, cfg.fail_points.directory) == (0.25, "/tmp/fp")
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("soon", r"option lease\.seconds='soon' must be a number of seconds"),
+    ("-1", r"option lease\.seconds must be a number of seconds >= 0"),
+    ("nan", r"option lease\.seconds must be a number of seconds >= 0"),
+])
+def test_a_bad_lease_is_refused_naming_the_option(value: str, words: str) -> None:
+    with pytest.raises(SinkConfigError, match=words):
+        SinkConfig.from_options({**BASE, "app.id": "a", "lease.seconds": value})
+
+
+def test_one_parser_for_text_settings() -> None:
+    from dedup.config import parse_bool, parse_int, parse_seconds
+    from dedup.exceptions import ConfigError
+
+    assert [parse_bool("x", v) for v in ("TRUE", " yes", "on", "1", True)] == [True] * 5
+    assert [parse_bool("x", v) for v in ("false", "No", "off", "0", False)] == [False] * 5
+    assert parse_int("x", " 7 ", minimum=1) == 7
+    assert parse_seconds("x", "1.5") == 1.5
+    for call in (lambda: parse_bool("x", "maybe"), lambda: parse_int("x", "1.5"),
+                 lambda: parse_int("x", "0", minimum=1), lambda: parse_seconds("x", "inf")):
+        with pytest.raises(ConfigError, match=r"^x"):
+            call()
