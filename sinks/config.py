@@ -34,7 +34,7 @@ DATA_SOURCE_NAME = "exactly_once_kafka"
 DEFAULT_MARKER_TOPIC = "__dedup_markers"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 """Kafka's ``transaction.timeout.ms`` of the sink's producers (Kafka's unit, ms)."""
-DEFAULT_MAX_BATCH_DURATION_MS = 60_000
+DEFAULT_MAX_BATCH_DURATION_SECONDS = 60.0
 DEFAULT_PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
 """librdkafka's default ``message.max.bytes``."""
 
@@ -138,9 +138,11 @@ class SinkConfig:
         Option ``marker.topic``: one-partition topic whose offsets, committed in
         each transaction for the group ``<app_id>.sink.p<partition>``, are the
         batch markers.
-    max_batch_duration_ms:
-        Option ``max.batch.duration.ms``: the longest one partition write may
-        take; the transaction timeout must not be shorter.
+    max_batch_duration_seconds:
+        Option ``max.batch.duration.seconds`` (fractions allowed): the longest
+        one partition write may take; the transaction timeout
+        (``kafka.transaction.timeout.ms``, Kafka's milliseconds) must not be
+        shorter.
     transaction_retries:
         Option ``transaction.retries``: attempts of one partition after abortable
         Kafka errors.
@@ -179,7 +181,7 @@ class SinkConfig:
     record_id_column: str = DEFAULT_ID_COLUMN
     dead_letter_topic: str | None = None
     marker_topic: str = DEFAULT_MARKER_TOPIC
-    max_batch_duration_ms: int = DEFAULT_MAX_BATCH_DURATION_MS
+    max_batch_duration_seconds: float = DEFAULT_MAX_BATCH_DURATION_SECONDS
     transaction_retries: int = 3
     fail_points: FailPointConfig = field(default_factory=FailPointConfig)
     output_name: str = ""
@@ -230,13 +232,17 @@ class SinkConfig:
                 "this sink writes the key and value columns as bytes: remove them"
             )
         self.max_message_bytes  # noqa: B018 - parsed (and refused if not >= 1) here, once
-        if self.transaction_timeout_ms < self.max_batch_duration_ms:
+        if not self.max_batch_duration_seconds > 0:
+            raise SinkConfigError("option max.batch.duration.seconds must be > 0, not "
+                                  f"{self.max_batch_duration_seconds!r}")
+        if self.transaction_timeout_ms < self.max_batch_duration_seconds * 1000:
             raise UnsafeSinkSettingError(
                 f"kafka.transaction.timeout.ms={self.transaction_timeout_ms} is shorter than "
-                f"max.batch.duration.ms={self.max_batch_duration_ms} (the longest a partition "
-                "write may take): a slow batch would be aborted by the broker. Raise "
-                "kafka.transaction.timeout.ms (up to the broker's transaction.max.timeout.ms) "
-                "or lower the trigger interval / maxOffsetsPerTrigger and max.batch.duration.ms"
+                f"max.batch.duration.seconds={self.max_batch_duration_seconds:g} (the longest "
+                "a partition write may take): a slow batch would be aborted by the broker. "
+                "Raise kafka.transaction.timeout.ms (up to the broker's "
+                "transaction.max.timeout.ms) or lower the trigger interval / "
+                "maxOffsetsPerTrigger and max.batch.duration.seconds"
             )
 
     @property
@@ -340,8 +346,8 @@ class SinkConfig:
             record_id_column=str(opts.get("record.id.column") or DEFAULT_ID_COLUMN),
             dead_letter_topic=opts.get("dead.letter.topic") or None,
             marker_topic=str(opts.get("marker.topic") or DEFAULT_MARKER_TOPIC),
-            max_batch_duration_ms=_int(opts, "max.batch.duration.ms",
-                                       DEFAULT_MAX_BATCH_DURATION_MS, minimum=1),
+            max_batch_duration_seconds=_seconds(opts, "max.batch.duration.seconds",
+                                                DEFAULT_MAX_BATCH_DURATION_SECONDS),
             transaction_retries=_int(opts, "transaction.retries", 3, minimum=1),
             fail_points=FailPointConfig(opts.get("fail.points.directory") or None),
             output_name=str(opts.get("output.name") or "").strip(),

@@ -585,7 +585,8 @@ def _committed_per_redis(store: CheckpointStore, query_id: str, batch: int, part
         age_ms = time.time() * 1000 - intent[2]
         if (marker_qid is not None and marker_qid != query_id) or \
                 age_ms >= store.marker_retention_ms():
-            found = _in_output(config, records, intent[2] - config.max_batch_duration_ms)
+            found = _in_output(config, records,
+                               intent[2] - int(config.max_batch_duration_seconds * 1000))
             if found is not None:
                 log.warning("sink batch %d partition %d: Kafka's batch marker is gone and the "
                             "Redis copy has only the commit intent; the output shows the batch "

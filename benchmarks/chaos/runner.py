@@ -235,7 +235,7 @@ def pipeline_text(app_id: str, topic: str, spec: RunSpec, master: str = "local[2
     one_pass = f"one_pass = {str('one_pass' in spec.variant.split('+')).lower()}\n"
     if spec.kind == "txn_timeout":
         sink_options = (f'"kafka.transaction.timeout.ms" = "{TXN_TIMEOUT_MS}"\n'
-                        f'"max.batch.duration.ms" = "{TXN_TIMEOUT_MS - 1000}"\n')
+                        f'"max.batch.duration.seconds" = "{(TXN_TIMEOUT_MS - 1000) / 1000:g}"\n')
     return f"""
 app_id = "{app_id}"
 [source]

@@ -40,7 +40,7 @@ PARTITIONS = 2
 # None: the option is not set.
 CHANGES: dict[str, tuple[str | None, str | None]] = {
     "lease.seconds": ("60", "5"),
-    "max.batch.duration.ms": ("50000", "20000"),
+    "max.batch.duration.seconds": ("50", "20"),
     "transaction.retries": ("5", "1"),
     "timings.path": ("TIMINGS", None),
     "marker.topic": ("MARKERS-A", "MARKERS-B"),

@@ -66,7 +66,8 @@ def test_secrets_never_in_repr() -> None:
     ({"redis.url": ""}, "redis.url"),
     ({"strong.productions": "maybe"}, "strong.productions"),
     ({"kafka.key.serializer": "x"}, "kafka.key.serializer"),
-    ({"max.batch.duration.ms": "soon"}, "max.batch.duration.ms"),
+    ({"max.batch.duration.seconds": "soon"}, "max.batch.duration.seconds"),
+    ({"max.batch.duration.seconds": "0"}, "max.batch.duration.seconds"),
 ])
 def test_bad_options_name_the_option(options: dict[str, str], words: str) -> None:
     with pytest.raises(SinkConfigError, match=words.replace(".", r"\.")):
@@ -81,7 +82,7 @@ def test_weak_productions_need_no_redis() -> None:
 @pytest.mark.parametrize("options", [
     {"kafka.transactional.id": "mine"},
     {"kafka.enable.idempotence": "false"},
-    {"kafka.transaction.timeout.ms": "10000", "max.batch.duration.ms": "30000"},
+    {"kafka.transaction.timeout.ms": "10000", "max.batch.duration.seconds": "30"},
 ])
 def test_unsafe_settings_are_refused_with_the_fix(options: dict[str, str]) -> None:
     with pytest.raises(UnsafeSinkSettingError, match=r"remove|Raise"):
