@@ -127,6 +127,26 @@ def forget_worker(worker: str) -> None:
             (cache.stores if isinstance(cache, PerWorker) else cache.caches).pop(worker, None)
 
 
+def close_workers() -> None:
+    """Close every replayed worker's cached producers and consumers (each worker's own
+    :func:`sinks.transactions.close_clients`)."""
+    from sinks.transactions import close_clients
+
+    names: set[str] = set()
+    for cache in _CACHES:
+        names |= set(cache.stores if isinstance(cache, PerWorker) else cache.caches)
+    before = getattr(_local, "worker", None)
+    try:
+        for name in sorted(names):
+            _local.worker = name
+            close_clients()
+    finally:
+        if before is None:
+            del _local.worker
+        else:
+            _local.worker = before
+
+
 class DisagreementError(AssertionError):
     """The real code did not take the step the model took."""
 
@@ -391,7 +411,7 @@ class Replay:
     def _finish_threads(self) -> None:
         for task in self.tasks.values():
             if task.thread is not None and task.thread.is_alive():
-                task.go.put("raise")  # unblock a task left at a pause (after a failure)
+                task.go.put("kill")  # end a task left at a pause (after a disagreement)
                 task.thread.join(STEP_TIMEOUT_S)
 
     def _step(self, label: str, kind: str, after: State) -> None:

@@ -18,7 +18,14 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.model.explore import Walk, find_walk, instance, walk
-from tests.model.replay import DisagreementError, Replay, Setup, compare, install
+from tests.model.replay import (
+    DisagreementError,
+    Replay,
+    Setup,
+    close_workers,
+    compare,
+    install,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.redis]
 
@@ -119,11 +126,9 @@ def scenario_walk(name: str) -> Walk:
 
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    from sinks.transactions import close_clients
-
     install(monkeypatch)
     yield
-    close_clients()  # each replayed worker's producers and consumers (patched dicts)
+    close_workers()  # each replayed worker's producers and consumers (patched dicts)
 
 
 def test_the_scenarios_are_found_and_deterministic() -> None:
