@@ -273,6 +273,37 @@ def install(monkeypatch: Any) -> None:
 
     monkeypatch.setattr(checkpoint.CheckpointStore, "put_if_absent", noted_put)
     monkeypatch.setattr(datasource, "task_identity", lambda: _local.identity)
+    import pyspark
+
+    spark_context_get = pyspark.TaskContext.get
+
+    def task_context() -> Any:
+        identity = getattr(_local, "identity", None)
+        return _TaskContext(*identity) if identity else spark_context_get()
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(task_context))
+
+
+@dataclass(frozen=True)
+class _TaskContext:
+    """What the code reads of Spark's ``TaskContext`` in a replayed task: the partition and
+    the micro-batch's local properties (:func:`dedup.spark_session.task_batch`)."""
+
+    query: str
+    batch: int
+    partition: int
+    attempt: int
+
+    def partitionId(self) -> int:
+        return self.partition
+
+    def attemptNumber(self) -> int:
+        return self.attempt
+
+    def getLocalProperty(self, name: str) -> str | None:
+        from dedup.spark_session import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY
+
+        return {QUERY_ID_PROPERTY: self.query, BATCH_ID_PROPERTY: str(self.batch)}.get(name)
 
 
 # --------------------------------------------------------------------------- the world
@@ -322,16 +353,28 @@ class Setup:
         schema = StructType([StructField("value", BinaryType()),
                              StructField("_record_id", StringType())])
         self.layout = check_schema(schema, self.sink)
+        if self.form != "sink_only":
+            self.dedup = DedupConfig(self.app_id, redis=RedisConfig(self.redis_url),
+                                     num_shards=num_shards)
         if self.form == "one_pass":
             from sinks.dedup_foreach_batch import DedupKafkaForeachBatch
 
-            self.dedup = DedupConfig(self.app_id, redis=RedisConfig(self.redis_url),
-                                     num_shards=num_shards)
             self.fused = DedupKafkaForeachBatch(self.dedup, options, num_partitions=2)
         else:
             from sinks.datasource import ExactlyOnceKafkaStreamWriter
 
             self.writer = ExactlyOnceKafkaStreamWriter(self.sink, self.layout, self.columns)
+        if self.form == "two_step":
+            from dedup.catalog import RedisCatalog
+            from dedup.gc import DecisionGcListener
+            from dedup.operator import metric_name
+            from dedup.partition_step import PartitionStep
+
+            # deduplicate(df): the step its UDF runs (streaming), and the session's
+            # listener that records each committed batch (commit_progress)
+            self.step = PartitionStep(self.dedup, uuid.uuid4().hex, streaming=True)
+            self.listener = DecisionGcListener()
+            self.listener.watch(metric_name(self.app_id), RedisCatalog(self.dedup))
 
     def input_batch(self, rows: tuple[tuple[str, int], ...], shard_of: Any,
                     batch: int) -> list[Any]:
@@ -346,7 +389,7 @@ class Setup:
         data: dict[str, Any] = {
             "value": pa.array([self.real_value(p) for _, p in rows], pa.binary()),
             "_record_id": pa.array([self.real_id(i) for i, _ in rows], pa.string())}
-        if self.form == "one_pass":
+        if self.form != "sink_only":
             data[SHARD] = pa.array([shard_of(i) for i, _ in rows], pa.int32())
             data[PROBLEM] = pa.array([0] * len(rows), pa.int8())
             data[BATCH_TIME] = pa.array([self.batch_time + batch] * len(rows), pa.float64())
@@ -364,6 +407,25 @@ class Setup:
             return write_batches(self.sink, self.layout, self.columns, kept, query, batch,
                                  partition, attempt)
         _local.identity = (query, batch, partition, attempt)
+        if self.form == "two_step":
+            # Spark pipelines the operator's UDF into the sink's task: the writer pulls
+            # the whole partition (write_batches), so every claim comes first; then
+            # the filter on KEPT and the projection back to the input's columns
+            import pyarrow as pa
+
+            from dedup.metrics import KEPT, STATUS
+            from sinks.dedup_foreach_batch import BATCH_TIME, PROBLEM, SHARD
+
+            if received:
+                table = pa.Table.from_batches(received)
+                inputs = (table.column("_record_id").combine_chunks(),
+                          table.column(SHARD).combine_chunks(),
+                          table.column(PROBLEM).combine_chunks(),
+                          table.column(BATCH_TIME).combine_chunks())
+                status = [row[STATUS] for out in self.step.arrow(iter([inputs]))
+                          for row in out.to_pylist()]
+                kept = table.filter(pa.array([x == KEPT for x in status])).select(self.columns)
+                received = kept.to_batches()
         return self.writer.write(iter(received))
 
 
@@ -441,6 +503,18 @@ class Replay:
             batch = int(label.split()[-1])
             self.setup.writer.commit(self.results.get(batch, []), batch)
             self._did = f"writer.commit({len(self.results.get(batch, []))} messages)"
+            return
+        if label.startswith("listener: commit_progress"):
+            batch = int(label.rstrip(")").split()[-1])
+            query = self.setup.query_ids[after.drv.q]
+            # Spark's progress event of the committed batch, carrying the step's metric
+            from dedup.operator import metric_name
+
+            progress = type("Progress", (), {"id": query, "batchId": batch,
+                                             "observedMetrics": {
+                                                 metric_name(self.setup.app_id): {}}})
+            self.setup.listener.onQueryProgress(type("Event", (), {"progress": progress}))
+            self._did = "DecisionGcListener.onQueryProgress"
             return
         if label.startswith("driver: Spark commits"):
             return  # Spark's commit log: nothing of ours to do

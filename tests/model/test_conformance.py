@@ -106,6 +106,14 @@ SCENARIOS: dict[str, tuple[str, dict[str, object], tuple[str, ...],
         "one_pass", dict(CRASH, kinds=("kill",)),
         (r"kill the worker of task q0 b0 p0 .* at commit",),
         lambda labels: any("kill" in x for x in labels)),
+    "two_step/crash after the claim, before the checkpoint": (
+        "two_step", CRASH, ("raise at dedup.after_claim",),
+        _crashed_after("dedup.after_claim", "claim shard")),
+    "two_step/crash after the Kafka commit, before Spark hears of it": (
+        "two_step", CRASH, ("raise at sink.after_commit",),
+        _crashed_after("sink.after_commit", "commit_transaction")),
+    "two_step/zombie commits between its retry's claim and checkpoint": (
+        "two_step", ZOMBIE, ("gives up",), _zombie_commits_between("claim shard", "put_if_absent")),
     "sink_only/crash mid-produce": (
         "sink_only", CRASH, ("raise at sink.mid_produce",),
         _crashed_after("sink.mid_produce", "produce")),
