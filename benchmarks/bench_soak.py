@@ -245,6 +245,10 @@ def load_average() -> float:
 
 # --- the run ---
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -390,6 +394,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--child-baseline"]:
         raise SystemExit(baseline_child(argv[1], argv[2], argv[3], int(argv[4])))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even started with '&'
     baseline = "--baseline" in argv
     if baseline:
         argv.remove("--baseline")
@@ -428,9 +433,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         child_log = services.workdir / "child.log"
         started = time.monotonic()
         with child_log.open("wb") as out:
+            # a job started in the background of a shell ignores SIGINT, and its
+            # children inherit that: the child gets the default back, so that
+            # max_minutes can stop its query (dedup run stops it on SIGINT)
             child = subprocess.Popen(command, cwd=REPO, env=_child_env(), stdout=out,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT,
+                                     preexec_fn=_default_sigint)
         deadline = started + args.max_minutes * 60
+        stopped_early = False
         last_logged = -1
         try:
             while child.poll() is None:
@@ -448,8 +458,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         f"load {sample['load_1m']}")
                 if time.monotonic() > deadline:
                     log(f"max_minutes reached at batch {sample['batches']}: stopping")
+                    stopped_early = True
                     child.send_signal(signal.SIGINT)
-                    child.wait(timeout=120)
+                    try:
+                        child.wait(timeout=120)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
+                        child.wait()
                     break
                 time.sleep(args.sample_seconds)
         finally:
@@ -487,6 +502,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "command": " ".join(Path(c).name if i == 0 else c
                                       for i, c in enumerate(command[:5]))},
         "child_exit": child.returncode,
+        # stopped at max_minutes: the batch in flight may be in the output in part
+        # (phantoms against the batches committed); a rerun would finish it
+        "stopped_early": stopped_early or summary["batches"] < args.batches,
         "elapsed_s": round(elapsed, 1),
         "records": summary["batches"] * args.rows_per_batch,
         "live_ids": live,
