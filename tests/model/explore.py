@@ -294,10 +294,11 @@ def walk(inst: Instance, seed: int, inject: tuple[str, ...] = (), avoid: tuple[s
 
 
 def find_walk(inst: Instance, want: Callable[[list[str]], bool], inject: tuple[str, ...] = (),
-              avoid: tuple[str, ...] = (), seeds: range = range(2000)) -> Walk:
+              avoid: tuple[str, ...] = (), seeds: range = range(2000),
+              inject_chance: float = 0.3) -> Walk:
     """The first walk (by seed) whose labels satisfy ``want``; deterministic."""
     for seed in seeds:
-        found = walk(inst, seed, inject, avoid)
+        found = walk(inst, seed, inject, avoid, inject_chance)
         if found is not None and want(found.labels):
             return found
     raise LookupError(f"no walk of {inst.name} with {inject} in {seeds}")

@@ -141,10 +141,10 @@ def close_workers() -> None:
             _local.worker = name
             close_clients()
     finally:
-        if before is None:
-            del _local.worker
-        else:
+        if before is not None:
             _local.worker = before
+        elif hasattr(_local, "worker"):
+            del _local.worker
 
 
 class DisagreementError(AssertionError):
@@ -356,6 +356,13 @@ class Setup:
         if self.form != "sink_only":
             self.dedup = DedupConfig(self.app_id, redis=RedisConfig(self.redis_url),
                                      num_shards=num_shards)
+        self.build_driver()
+
+    def build_driver(self) -> None:
+        """The driver's objects: made again when the model's driver restarts (a new
+        process: what the old one held in memory, e.g. the listener's pending progress
+        event, is gone)."""
+        options = self.options
         if self.form == "one_pass":
             from sinks.dedup_foreach_batch import DedupKafkaForeachBatch
 
@@ -515,6 +522,13 @@ class Replay:
                                                  metric_name(self.setup.app_id): {}}})
             self.setup.listener.onQueryProgress(type("Event", (), {"progress": progress}))
             self._did = "DecisionGcListener.onQueryProgress"
+            return
+        if label.startswith("FAILURE kill the driver"):
+            self._did = "the driver is gone; its tasks run on"
+            return
+        if label.startswith("driver restarts from its checkpoint"):
+            self.setup.build_driver()
+            self._did = "new driver objects"
             return
         if label.startswith("driver: Spark commits"):
             return  # Spark's commit log: nothing of ours to do

@@ -114,6 +114,15 @@ SCENARIOS: dict[str, tuple[str, dict[str, object], tuple[str, ...],
         _crashed_after("sink.after_commit", "commit_transaction")),
     "two_step/zombie commits between its retry's claim and checkpoint": (
         "two_step", ZOMBIE, ("gives up",), _zombie_commits_between("claim shard", "put_if_absent")),
+    "one_pass/driver killed while a batch's partitions commit, then restarted": (
+        "one_pass", dict(CRASH, kinds=("driver",), inject_chance=0.05), ("kill the driver",),
+        lambda labels: 0 <= _index(labels, r"b0 p\d .*commit_transaction: \['")
+        < _index(labels, "kill the driver") < _index(labels, r"end_batch .*batch 0\)")),
+    "two_step/driver killed before the listener records the batch": (
+        "two_step", dict(CRASH, kinds=("driver",), inject_chance=0.05), ("kill the driver",),
+        lambda labels: 0 <= _index(labels, "Spark commits batch 0")
+        < _index(labels, "kill the driver")
+        and _index(labels, r"listener: commit_progress\(q0, batch 0\)") < 0),
     "sink_only/crash mid-produce": (
         "sink_only", CRASH, ("raise at sink.mid_produce",),
         _crashed_after("sink.mid_produce", "produce")),
@@ -129,7 +138,10 @@ SCENARIOS: dict[str, tuple[str, dict[str, object], tuple[str, ...],
 
 def scenario_walk(name: str) -> Walk:
     form, failures, inject, want = SCENARIOS[name]
-    return find_walk(instance("ci", form, **failures), want, inject, AVOID)  # type: ignore[arg-type]
+    failures = dict(failures)
+    chance = float(failures.pop("inject_chance", 0.3))  # type: ignore[arg-type]
+    return find_walk(instance("ci", form, **failures), want, inject, AVOID,  # type: ignore[arg-type]
+                     inject_chance=chance)
 
 
 @pytest.fixture
