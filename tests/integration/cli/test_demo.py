@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sources.synthetic_rows import SyntheticOptions, expected_output
+from tests.integration.cli.jars import jar_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis, pytest.mark.chaos, pytest.mark.slow]
@@ -26,7 +27,8 @@ def _count(label: str, out: str) -> int:
 
 def test_demo_crashes_restarts_and_reports_exactly_once(tmp_path: Path) -> None:
     dedup = Path(sys.executable).with_name("dedup")
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    # Its work folder goes to the cache folder (dedup --cache-dir / DEDUP_CACHE_DIR).
+    env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
     result = subprocess.run(
         [str(dedup), "demo", "--quiet", "--records", str(RECORDS), "--batch-size", str(BATCH),
          "--seed", str(SEED), "--duplicate-rate", str(RATE)],
@@ -50,4 +52,5 @@ def test_demo_crashes_restarts_and_reports_exactly_once(tmp_path: Path) -> None:
     assert "[dedup" not in out  # --quiet: no progress lines
     assert "Traceback" not in result.stderr
     # It cleans up after itself: no work folder is left behind.
-    assert not list(tmp_path.glob("dedup-demo-*"))
+    assert (tmp_path / "cache" / "demo").is_dir()
+    assert not list((tmp_path / "cache" / "demo").glob("dedup-demo-*"))
