@@ -27,6 +27,7 @@ from dedup.cli.config_file import PipelineFile, parse_pipeline
 from dedup.cli.exceptions import DemoFailedError
 from dedup.cli.pipeline import Addresses, source_done, start_query
 from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
+from dedup.local.paths import cache_dir
 from dedup.spark_session import make_active
 
 CRASH_POINT = "sink.before_commit"
@@ -113,7 +114,11 @@ def demo_command(args: argparse.Namespace) -> int:
     if args.records < 1 or args.batch_size < 1:
         raise ConfigError("--records and --batch-size must be >= 1")
     progress = Progress(quiet=args.quiet)
-    workdir = Path(tempfile.mkdtemp(prefix="dedup-demo-"))
+    # In the cache folder (dedup --cache-dir), like every state dedup writes:
+    # a failed run's folder is kept there for its logs.
+    demos = cache_dir() / "demo"
+    demos.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="dedup-demo-", dir=demos))
     ok = False
     previous = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():

@@ -3,12 +3,17 @@
 Commands: demo (the whole thing on local services, with a crash), run (a
 pipeline file), verify (audit a topic), services (local Redis and Kafka),
 txn (the sink's Kafka transactions), forget-query (drop an abandoned
-query's decisions), migrate-catalog (convert a catalog an earlier release wrote).
+query's decisions), migrate-catalog (convert a catalog an earlier release wrote),
+fetch-jars (the Kafka broker and Spark's Kafka connector, with Maven).
+Fetched jars, service data, checkpoints and logs live in one cache folder:
+--cache-dir or DEDUP_CACHE_DIR, else a checkout's .cache, else
+$XDG_CACHE_HOME/spark-exactly-once-dedup (~/.cache/...).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -23,25 +28,40 @@ from dedup.cli.errors import (
     for_pipeline_file,
 )
 from dedup.exceptions import ConfigError, DedupError
+from dedup.local.paths import CACHE_ENV_VAR, cache_dir, set_cache_dir
 
 __all__ = ["EXIT_CONFIG", "EXIT_RUNTIME", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dedup.cli import demo, forget_query, migrate_catalog, run, services_cmd, txn, verify_cmd
+    from dedup.cli import (
+        demo,
+        fetch_jars,
+        forget_query,
+        migrate_catalog,
+        run,
+        services_cmd,
+        txn,
+        verify_cmd,
+    )
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
                         help="no progress lines, only results and errors (for CI)")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks and Spark's log on the console")
+    common.add_argument("--cache-dir", metavar="PATH", default=argparse.SUPPRESS,
+                        help="folder for fetched jars, service data, checkpoints and logs "
+                             f"(default: {CACHE_ENV_VAR}, else a checkout's .cache, else "
+                             f"~/.cache/spark-exactly-once-dedup; in use: {cache_dir()})")
     parser = argparse.ArgumentParser(prog="dedup", description=__doc__, parents=[common],
                                      epilog=EXIT_CODES_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"dedup {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (demo, run, verify_cmd, services_cmd, txn, forget_query, migrate_catalog):
+    for module in (demo, run, verify_cmd, services_cmd, txn, forget_query, migrate_catalog,
+                   fetch_jars):
         module.add_parser(sub, common)
     return parser
 
@@ -61,8 +81,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     carries the refusal back from a worker; 3: ``dedup run`` cut short with
     input left. Errors are one line on stderr unless ``--debug``.
     """
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    # --cache-dir applies to the whole command, help texts included, and to the
+    # processes it starts (through the environment); restored on return, so a
+    # caller in the same process (a test) keeps its own.
+    previous = os.environ.get(CACHE_ENV_VAR)
+    try:
+        early, _ = _cache_option().parse_known_args(argv)
+    except argparse.ArgumentError:  # e.g. no PATH after it: the full parser says so
+        early = argparse.Namespace(cache_dir=None)
+    if early.cache_dir:
+        set_cache_dir(early.cache_dir)
+    try:
+        return _main(argv)
+    finally:
+        if previous is None:
+            os.environ.pop(CACHE_ENV_VAR, None)
+        else:
+            os.environ[CACHE_ENV_VAR] = previous
+
+
+def _cache_option() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dedup", add_help=False, exit_on_error=False)
+    parser.add_argument("--cache-dir")
+    return parser
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    args = parser.parse_args(argv)
     args.quiet = getattr(args, "quiet", False)
     args.debug = getattr(args, "debug", False)
     try:

@@ -4,7 +4,8 @@
 #     and PySpark pinned to DEDUP_SPARK_VERSION;
 #   * Debian's redis-server when it is missing;
 #   * the Kafka broker jars and Spark's Kafka connector jars, from Maven Central,
-#     into .cache/jars/{kafka-broker,spark-kafka-<pyspark version>}.
+#     into .cache/jars/{kafka-broker,spark-kafka-<pyspark version>}
+#     (`dedup fetch-jars`, which an installed wheel's user runs instead of this).
 # Idempotent: each step leaves a stamp and is skipped when its inputs did not change.
 #
 # Environment:
@@ -31,7 +32,6 @@ need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: $2"; }
 [[ "$spark_wanted" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] \
   || die "DEDUP_SPARK_VERSION must be an exact version (major.minor.patch), not '$spark_wanted'"
 
-hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 mkdir -p "$cache"
 
 # --- system packages -------------------------------------------------------
@@ -70,24 +70,13 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$py_stamp" ]; then
 fi
 
 # --- jars from Maven Central ------------------------------------------------
-pom="$repo/dedup/local/pom.xml"
+# The one home of the fetch is `dedup fetch-jars` (dedup/local/jars.py): the
+# same pom, settings, folders and stamps for a checkout and an installed wheel.
 spark_version="$("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)')"
 [ "$spark_version" = "$spark_wanted" ] \
   || die "${venv#$repo/} has PySpark $spark_version, not $spark_wanted (installed by hand?): remove ${venv#$repo/} and rerun"
-mvn_fetch() {  # profile, output dir, extra args...
-  local profile="$1" out="$2"; shift 2
-  local stamp="$out/.complete-$(hash_of "$pom")"
-  if [ ! -f "$stamp" ]; then
-    say "fetching $profile jars into ${out#$repo/} with mvn"
-    rm -rf "$out"; mkdir -p "$out"
-    if ! mvn -q -B -U -s "$repo/dedup/local/maven-settings.xml" -f "$pom" -P "$profile" "$@" dependency:copy-dependencies \
-         -DoutputDirectory="$out" >"$cache/mvn-$profile.log" 2>&1; then
-      tail -20 "$cache/mvn-$profile.log" >&2
-      die "mvn could not fetch the $profile jars (log: $cache/mvn-$profile.log)"
-    fi
-    touch "$stamp"
-  fi
-}
-mvn_fetch broker "$cache/jars/kafka-broker"
-mvn_fetch connector "$cache/jars/spark-kafka-$spark_version" -Dspark.version="$spark_version"
+# Into this checkout's .cache whatever the caller's environment points elsewhere.
+env -u DEDUP_KAFKA_JARS -u DEDUP_SPARK_KAFKA_JARS \
+  "$venv/bin/python" -m dedup.cli.main --cache-dir "$cache" fetch-jars ${quiet:+--quiet} >&2 \
+  || die "the jars could not be fetched (the line above says why)"
 say "ready: venv=$venv spark=$spark_version"
