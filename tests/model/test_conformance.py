@@ -144,6 +144,25 @@ def scenario_walk(name: str) -> Walk:
                      inject_chance=chance)
 
 
+MIXED = dict(workers=2, crashes=2, zombies=1, kinds=("failpoint", "kill", "zombie", "driver"))
+"""Random traces: up to two failures of these kinds and a zombie, wherever the walk is."""
+RANDOM_PER_FORM = 3
+
+
+def random_walks(form: str, count: int = RANDOM_PER_FORM, first_seed: int = 100) -> list[Walk]:
+    """The first ``count`` walks from ``first_seed`` on with three failures of ``MIXED``
+    injected wherever the walk happens to be (deterministic)."""
+    inst = instance("ci", form, **MIXED)  # type: ignore[arg-type]
+    found: list[Walk] = []
+    seed = first_seed
+    while len(found) < count:
+        trace = walk(inst, seed, ("FAILURE",) * 3, AVOID, inject_chance=0.15)
+        if trace is not None:
+            found.append(trace)
+        seed += 1
+    return found
+
+
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     install(monkeypatch)
@@ -173,6 +192,23 @@ def test_a_model_trace_replays_on_the_real_code_with_the_models_output(
     assert result.equal, (f"{name} (seed {trace.seed}): {result}\ntrace:\n  "
                           + "\n  ".join(trace.labels))
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("form", ["one_pass", "sink_only", "two_step"])
+@pytest.mark.parametrize("index", range(RANDOM_PER_FORM))
+def test_a_random_trace_with_three_failures_replays_with_the_models_output(
+        form: str, index: int, patched: None, redis_url: str, kafka_bootstrap: str) -> None:
+    """Traces not chosen for a scenario: three failures (fail-point crashes, worker and
+    driver kills, a zombie) wherever a seeded walk puts them."""
+    trace = random_walks(form)[index]
+    replay = Replay(trace, Setup(form, redis_url, kafka_bootstrap))
+    try:
+        replay.run()
+    except DisagreementError as exc:
+        pytest.fail(f"{form} seed {trace.seed}: {exc}\ntrace:\n  " + "\n  ".join(trace.labels))
+    result = compare(replay)
+    assert result.equal, f"{form} seed {trace.seed}: {result}\ntrace:\n  " + "\n  ".join(
+        trace.labels)
 
 
 def test_a_trace_of_a_model_mutant_does_not_replay(patched: None, redis_url: str,
