@@ -97,7 +97,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="START:END: do only the scheduled runs with START <= index < END "
                              "(to split one matrix over processes; merge the progress files "
                              "and --report-only)")
+    parser.add_argument("--sequences", action="store_true",
+                        help="the operator-sequence explorer (benchmarks/chaos/sequences.py): "
+                             "seeded sequences of 3-8 operator actions, each judged by one "
+                             "oracle; --runs defaults to 300; honours --seed, --resume, "
+                             "--max-minutes, --report-only and --no-summary; writes "
+                             "chaos_sequences.json / .md and chaos_sequences.progress.jsonl")
     args = parser.parse_args(argv)
+    if args.sequences:
+        from benchmarks.chaos import sequences
+
+        return sequences.main(args.runs or 300, args.seed, args.resume, args.max_minutes,
+                              not args.no_summary, args.report_only)
     if args.mutants:
         from benchmarks.chaos.mutant_patches import KNOWN_MUTANTS
         from benchmarks.chaos.mutants import run_matrix
