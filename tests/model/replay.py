@@ -523,6 +523,23 @@ class Replay:
             self.setup.listener.onQueryProgress(type("Event", (), {"progress": progress}))
             self._did = "DecisionGcListener.onQueryProgress"
             return
+        if label.startswith("FAILURE takeover: query 1 starts"):
+            # query 0 is down and its leases lapsed: the replay plays the clock, ending
+            # them as a lapse does (lease.lua's 'until' in the past), then query 1 (a new
+            # checkpoint location, so a new query id) starts: a new driver
+            from dedup.catalog import RedisCatalog
+            from sinks.checkpoint import CheckpointStore
+
+            query0 = self.setup.query_ids[0]
+            RedisCatalog(self.setup.dedup).release(query0)
+            CheckpointStore.for_config(self.setup.sink).release_lease(query0)
+            self.setup.build_driver()
+            self._did = "query 0's leases lapsed; query 1's driver"
+            return
+        if label.startswith("operator restarts query 0"):
+            self.setup.build_driver()
+            self._did = "query 0's driver again"
+            return
         if label.startswith("FAILURE kill the driver"):
             self._did = "the driver is gone; its tasks run on"
             return
@@ -570,6 +587,9 @@ class Replay:
                 self.results.setdefault(key[1], []).append(task.outcome)
         elif want == "error":
             del self.tasks[key]  # type: ignore[arg-type]
+            named = re.findall(r"\b([A-Z][A-Za-z]+Error)\b", label)
+            if named and type(task.outcome).__name__ != named[-1]:
+                raise DisagreementError(f"{label}: the real task failed with {task.outcome!r}")
 
     def _check_decisions(self, label: str, task: RealTask) -> None:
         """The claim's and the checkpoint's outcome in the real code are the model's."""

@@ -77,6 +77,21 @@ def _zombie_fenced(labels: list[str]) -> bool:
     return any("(zombie)" in x and "fenced" in x for x in labels)
 
 
+def _resumes_where_its_fence_is_cached(labels: list[str]) -> bool:
+    """Query 1 took the app id over, was refused (query 0's batch unfinished), and query 0,
+    restarted, makes a first claim of a shard of its batch on a worker that took query 0's
+    lease for that batch before the takeover (the worker keeps RedisCatalog._fence's
+    cache, _FENCES)."""
+    back = _index(labels, "operator restarts query 0")
+    if back < 0:
+        return False
+    cached = {m[1] for x in labels[:back]
+              if (m := re.search(r"task q0 b0 p\d #\d+ on w(\d).*take_lease -> fence", x))}
+    # a first claim of the shard (a replay of a recorded decision checks no fence)
+    return any(re.search(rf"task q0 b0 p\d #\d+ on w({'|'.join(cached)}): claim shard \d+ \(",
+                         x) for x in labels[back:]) if cached else False
+
+
 CRASH = dict(workers=2, crashes=1, zombies=0, kinds=("failpoint",))
 ZOMBIE = dict(workers=2, crashes=0, zombies=1, kinds=("zombie",))
 
@@ -123,6 +138,9 @@ SCENARIOS: dict[str, tuple[str, dict[str, object], tuple[str, ...],
         lambda labels: 0 <= _index(labels, "Spark commits batch 0")
         < _index(labels, "kill the driver")
         and _index(labels, r"listener: commit_progress\(q0, batch 0\)") < 0),
+    "one_pass/a refused takeover, then query 0 resumes on a worker that cached its fence": (
+        "one_pass", dict(CRASH, crashes=2, kinds=("driver", "takeover"), inject_chance=0.1),
+        ("kill the driver", "takeover"), _resumes_where_its_fence_is_cached),
     "sink_only/crash mid-produce": (
         "sink_only", CRASH, ("raise at sink.mid_produce",),
         _crashed_after("sink.mid_produce", "produce")),
@@ -178,7 +196,19 @@ def test_the_scenarios_are_found_and_deterministic() -> None:
         assert any(label.startswith("FAILURE") for label in first.labels), name
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+KNOWN_FINDINGS = {
+    "one_pass/a refused takeover, then query 0 resumes on a worker that cached its fence":
+        "known finding: a Python worker keeps the fence of query 0's lease for the batch "
+        "(RedisCatalog._fence's _FENCES); after a refused takeover raised every shard's "
+        "fence (fence.lua) and query 0 took the lease back with a higher fence, that "
+        "worker's claim of the same batch passes the stale fence and is refused "
+        "(AppIdInUseError 'it took the app id over from this query')",
+}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=KNOWN_FINDINGS[name]))
+    if name in KNOWN_FINDINGS else name for name in sorted(SCENARIOS)])
 def test_a_model_trace_replays_on_the_real_code_with_the_models_output(
         name: str, patched: None, redis_url: str, kafka_bootstrap: str) -> None:
     trace = scenario_walk(name)
