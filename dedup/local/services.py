@@ -5,7 +5,7 @@ One manager serves the demo, the CLI, the tests and the benchmarks:
 * :class:`RedisServer` runs Debian's ``redis-server`` on a free loopback port
   with its own data folder, AOF on or off;
 * :class:`KafkaBroker` runs a single-node Apache Kafka broker in KRaft mode
-  from the jars that ``dedup/local/setup.sh`` fetched, formatted with
+  from the jars that ``dedup fetch-jars`` fetched (``setup.sh`` runs it), formatted with
   ``kafka.tools.StorageTool`` and started with ``kafka.Kafka``.
 
 Both are ready only when a real client call succeeds (``PING``; an AdminClient
