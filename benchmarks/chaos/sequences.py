@@ -272,9 +272,10 @@ ADVICE: tuple[tuple[str, str, str], ...] = (
     ("SettingChangedError", "joins streaming query", "restore_app_id"),
     ("SettingChangedError", "has no record of it under app id", "new_checkpoint"),
     ("SettingChangedError", "or use a new app id", "restore_recorded"),
-    ("ShardCountMismatchError", "num_shards", "restore_recorded"),
+    ("ShardCountMismatchError", "re-shard IDs and let duplicates through", "restore_recorded"),
+    ("ShardCountMismatchError", "use the recorded count", "restore_recorded"),
     ("AppIdInUseError", "unfinished", "finish_old_query"),
-    ("AppIdInUseError", "lease lapses in", "wait_for_lease"),
+    ("AppIdInUseError", "stop the other query", "wait_for_lease"),
     ("CatalogStateError", "recorded under other settings that decide", "restore_recorded"),
 )
 """How the explorer follows each refusal it can meet: the advice its message gives
