@@ -626,8 +626,22 @@ class RedisCatalog:
         def claim_once() -> ClaimReply:
             if query_id and batch.isdigit():  # a streaming batch (a batch job's is a token)
                 self.join_query(query_id, int(batch), strict)
-            return self._claim_once(shard, decision, tag, negatives, positives, lease_owner,
-                                    now, catch_up_first)
+            key = (self.config.app_id, lease_owner)
+            cached = _FENCES.get(key)
+            try:
+                return self._claim_once(shard, decision, tag, negatives, positives,
+                                        lease_owner, now, catch_up_first)
+            except AppIdInUseError:
+                if cached is None or cached[0] != decision:
+                    raise  # refused with the fence just taken: the refusal stands
+                # Refused with the fence this process cached for the batch: another query
+                # may have taken the app id over since and given it back (refused, or its
+                # lease lapsed), raising every shard's fence (fence.lua) above the cached
+                # one. Take the lease afresh: the refusal stands only if another query
+                # holds it now. (Found by the model's conformance replay, docs/model.md.)
+                _FENCES.pop(key, None)
+                return self._claim_once(shard, decision, tag, negatives, positives,
+                                        lease_owner, now, catch_up_first)
 
         return ride_out_failover(
             claim_once,

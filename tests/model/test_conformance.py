@@ -196,13 +196,10 @@ def test_the_scenarios_are_found_and_deterministic() -> None:
         assert any(label.startswith("FAILURE") for label in first.labels), name
 
 
-KNOWN_FINDINGS = {
-    "one_pass/a refused takeover, then query 0 resumes on a worker that cached its fence":
-        "known finding: a Python worker keeps the fence of query 0's lease for the batch "
-        "(RedisCatalog._fence's _FENCES); after a refused takeover raised every shard's "
-        "fence (fence.lua) and query 0 took the lease back with a higher fence, that "
-        "worker's claim of the same batch passes the stale fence and is refused "
-        "(AppIdInUseError 'it took the app id over from this query')",
+KNOWN_FINDINGS: dict[str, str] = {
+    # Fixed: "one_pass/a refused takeover, then query 0 resumes on a worker that cached
+    # its fence" was refused (a stale fence in RedisCatalog._fence's cache after the
+    # takeover raised every shard's fence); a claim so refused now takes the lease afresh.
 }
 
 
