@@ -50,7 +50,7 @@ FAULT_KINDS: dict[str, str] = {
                                   "spark.sql.shuffle.partitions (4 -> 2 or 6)",
     "restart_shard_count": "partial batch, restart with another dedup.num_shards (4 -> 8)",
     "restart_bucket_seconds": "partial batch, restart with another "
-                              "dedup.retention_bucket_seconds (1 day -> 1 hour)",
+                              "dedup.retention.bucket_seconds (1 day -> 1 hour)",
     "checkpoint_reset": "partial batch, restart under a fresh checkpoint with the same app "
                         "id (refused), old query finished, then the reset",
     "second_pipeline": "a second pipeline with the same app id (own checkpoint) while the "

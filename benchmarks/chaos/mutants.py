@@ -161,9 +161,9 @@ def _apply_one(run: Run, text: str, variant: str) -> tuple[str, Callable[[Any], 
     if variant == "nondeterministic":
         return text, _attempt_tagged
     if variant == "tiny_bloom":
-        tiny = text.replace("bloom_capacity = 100000\n", "bloom_capacity = 20\n", 1) \
-            .replace("bloom_error_rate = 0.01\n", "bloom_error_rate = 0.5\n", 1)
-        if tiny.count("bloom_capacity = 20\n") + tiny.count("bloom_error_rate = 0.5\n") != 2:
+        tiny = text.replace("bloom.capacity = 100000\n", "bloom.capacity = 20\n", 1) \
+            .replace("bloom.error_rate = 0.01\n", "bloom.error_rate = 0.5\n", 1)
+        if tiny.count("bloom.capacity = 20\n") + tiny.count("bloom.error_rate = 0.5\n") != 2:
             raise ValueError("the tiny_bloom variant found no Bloom settings to replace in the "
                              "pipeline file: update apply_variant to pipeline_text")
         return tiny, None
@@ -175,8 +175,8 @@ def _apply_one(run: Run, text: str, variant: str) -> tuple[str, Callable[[Any], 
         horizon = int(time.time() - DEFAULT_START_TIME) - LATE_SKEW_S // 2
         text = pipeline_text(run.app_id, run.topic, run.spec, bucket_seconds=LATE_BUCKET_S,
                              horizon_seconds=horizon)
-        text = text.replace("[dedup]\n", '[dedup]\nevent_time_column = "event_time"\n'
-                                         'late_policy = "drop"\n', 1)
+        text = text.replace("[dedup]\n", '[dedup]\nretention.event_time_column = "event_time"\n'
+                                         'retention.late_policy = "drop"\n', 1)
         arm(run.fp_dir, "dedup.batch_clock", "skew", seconds=-LATE_SKEW_S, from_batch=0)
         run.fault.evidence["variant"] = VARIANTS[variant]
         return text, None

@@ -252,10 +252,10 @@ strategy = "column"
 column = "event_id"
 [dedup]
 num_shards = {num_shards}
-retention_bucket_seconds = {bucket_seconds}
-retention_horizon_seconds = {horizon_seconds}
-bloom_capacity = {20 if dup90 else 100000}
-bloom_error_rate = {0.5 if dup90 else 0.01}
+retention.bucket_seconds = {bucket_seconds}
+retention.horizon_seconds = {horizon_seconds}
+bloom.capacity = {20 if dup90 else 100000}
+bloom.error_rate = {0.5 if dup90 else 0.01}
 [sink]
 type = "kafka"
 {one_pass}topic = "{topic}"

@@ -2,7 +2,10 @@
 
 Every table has a fixed set of keys; an unknown key is an error naming it and
 the allowed keys (a typo must not silently fall back to a default). Service
-addresses left empty are filled from ``dedup services up``'s state file.
+addresses left empty are filled from ``dedup services up``'s state file. The keys
+of ``[dedup]`` and ``[redis]`` are the field names of ``DedupConfig`` and its
+``RedisConfig``, nested ones dotted as TOML nests them (``bloom.capacity = 20``
+under ``[dedup]``, or a table ``[dedup.bloom]``), in the same units.
 """
 
 from __future__ import annotations
@@ -39,19 +42,20 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "path": "", "format": "json", "schema": "", "max_files_per_trigger": 0,
     },
     "ids": {"strategy": "", "column": "", "columns": [], "header": RECORD_ID_HEADER},
+    # DedupConfig's own names (nested ones dotted), but "enabled" (a dedup step or none)
     "dedup": {
-        "enabled": True, "num_shards": _DEDUP.num_shards, "bloom_enabled": _BLOOM.enabled,
-        "bloom_capacity": _BLOOM.capacity, "bloom_error_rate": _BLOOM.error_rate,
-        "retention_horizon_seconds": _RETENTION.horizon_seconds,
-        "retention_bucket_seconds": _RETENTION.bucket_seconds,
-        "event_time_column": _RETENTION.event_time_column or "",
-        "late_policy": str(_RETENTION.late_policy),
+        "enabled": True, "num_shards": _DEDUP.num_shards, "bloom.enabled": _BLOOM.enabled,
+        "bloom.capacity": _BLOOM.capacity, "bloom.error_rate": _BLOOM.error_rate,
+        "retention.horizon_seconds": _RETENTION.horizon_seconds,
+        "retention.bucket_seconds": _RETENTION.bucket_seconds,
+        "retention.event_time_column": _RETENTION.event_time_column or "",
+        "retention.late_policy": str(_RETENTION.late_policy),
         "allow_shared_app_id": _DEDUP.allow_shared_app_id,
         "invalid_ids": str(_DEDUP.invalid_ids),
     },
-    # wait_replicas -1: the count recorded for the app id (RedisConfig's None)
+    # RedisConfig's names; wait_replicas -1: the count recorded for the app id (its None)
     "redis": {"url": "", "require_persistence": _DEDUP.redis.require_persistence,
-              "wait_replicas": -1, "failover_wait_seconds": _DEDUP.redis.failover_wait},
+              "wait_replicas": -1, "failover_wait": _DEDUP.redis.failover_wait},
     "sink": {
         "type": "kafka", "bootstrap_servers": "", "topic": "", "partitions": 2,
         # one_pass: when the file does not set it, on wherever it can run (dedup on,
@@ -145,6 +149,8 @@ def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
     tables: dict[str, dict[str, Any]] = {}
     for name, defaults in SCHEMA.items():
         given = top if name == "" else nested.get(name, {})
+        if name == "dedup":
+            given = _flat(given)  # bloom.capacity = 20, or a table [dedup.bloom]
         _check_keys(name, given, defaults)
         tables[name] = {key: _typed(name, key, given.get(key, default), default)
                         for key, default in defaults.items()}

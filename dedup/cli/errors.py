@@ -176,6 +176,6 @@ def for_pipeline_file(message: str) -> str:
     """``message`` with its fixes named as pipeline file keys (for ``dedup run``)."""
     for phrase, key in PIPELINE_KEYS.items():
         message = message.replace(phrase, key)
-    message = _BUCKET.sub(r"set dedup.retention_bucket_seconds = \1 in the pipeline file",
+    message = _BUCKET.sub(r"set dedup.retention.bucket_seconds = \1 in the pipeline file",
                           message)
     return _NUM_SHARDS.sub(r"use dedup.num_shards = \1 in the pipeline file", message)

@@ -163,16 +163,16 @@ def dedup_config(pipeline: PipelineFile, redis_url: str,
         app_id=pipeline.app_id,
         redis=RedisConfig(url=redis_url, require_persistence=redis_table["require_persistence"],
                           wait_replicas=None if wait_replicas == -1 else wait_replicas,
-                          failover_wait=redis_table["failover_wait_seconds"]),
+                          failover_wait=redis_table["failover_wait"]),
         id_column=DEFAULT_ID_COLUMN,
         num_shards=table["num_shards"],
-        bloom=BloomConfig(enabled=table["bloom_enabled"], capacity=table["bloom_capacity"],
-                          error_rate=table["bloom_error_rate"]),
+        bloom=BloomConfig(enabled=table["bloom.enabled"], capacity=table["bloom.capacity"],
+                          error_rate=table["bloom.error_rate"]),
         retention=RetentionConfig(
-            horizon_seconds=table["retention_horizon_seconds"],
-            bucket_seconds=table["retention_bucket_seconds"],
-            event_time_column=table["event_time_column"] or None,
-            late_policy=table["late_policy"],
+            horizon_seconds=table["retention.horizon_seconds"],
+            bucket_seconds=table["retention.bucket_seconds"],
+            event_time_column=table["retention.event_time_column"] or None,
+            late_policy=table["retention.late_policy"],
         ),
         fail_points=FailPointConfig(fail_point_dir),
         allow_shared_app_id=table["allow_shared_app_id"],
@@ -330,7 +330,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
         frame = deduplicate(frame, dedup_config(pipeline, addresses.redis_url, fail_point_dir))
     if transform is not None:
         frame = transform(frame)
-    event_time = pipeline.table("dedup")["event_time_column"]
+    event_time = pipeline.table("dedup")["retention.event_time_column"]
     # The one-pass step reads the event time beside the sink's columns (the sink
     # ignores a column it does not know).
     out = sink_frame(frame, pipeline, carry=[event_time] if one_pass and event_time else [])

@@ -15,9 +15,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 def test_the_one_pass_sink_frame_carries_the_event_time(spark: Any) -> None:
     """One pass reads the event time beside the sink's columns (retention by event
     time). Found by the mutant matrix on the one-pass pipeline: every run with
-    dedup.event_time_column set failed at start ("retention event_time_column
+    dedup.retention.event_time_column set failed at start ("retention event_time_column
     'event_time' is missing")."""
-    pipeline = parse_pipeline('app_id = "frames"\n[dedup]\nevent_time_column = "event_time"\n'
+    pipeline = parse_pipeline('app_id = "frames"\n[dedup]\n'
+                              'retention.event_time_column = "event_time"\n'
                               '[sink]\ntopic = "out"\none_pass = true\n')
     frame = spark.createDataFrame(
         [("k", "v", "id-1", "2026-11-26 08:00:00")],
@@ -82,7 +83,7 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
 def test_switching_forms_mid_batch_with_an_event_time_column_is_exact(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
         tmp_path: Any, first_one_pass: bool) -> None:
-    """``dedup run`` with dedup.event_time_column set: batch 1 checkpointed and partly
+    """``dedup run`` with dedup.retention.event_time_column set: batch 1 checkpointed and partly
     committed by one form (sink.one_pass), finished by the other from the same
     checkpoint. One pass hands the sink the event-time column beside key, value and ID,
     two steps do not; the replay of the stalled partition's checkpoint must not be
@@ -103,7 +104,7 @@ def test_switching_forms_mid_batch_with_an_event_time_column_is_exact(
             f'[source]\ntype = "kafka"\ntopics = ["{topics.source}"]\n'
             'max_offsets_per_trigger = 150\n'
             '[ids]\nstrategy = "key"\n'
-            '[dedup]\nnum_shards = 8\nevent_time_column = "timestamp"\n'
+            '[dedup]\nnum_shards = 8\nretention.event_time_column = "timestamp"\n'
             f'[sink]\ntopic = "{topics.out}"\nvalue_column = "value"\n'
             f'one_pass = {str(one_pass).lower()}\n'
             '[run]\ntrigger_seconds = 1\n')

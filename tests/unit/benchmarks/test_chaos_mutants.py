@@ -149,6 +149,6 @@ def test_a_matrix_on_the_one_pass_pipeline_combines_variants_and_leaves_out_user
                                                        both[0]))
     pipeline = parse_pipeline(text)
     assert transform is None and pipeline.table("sink")["one_pass"] is True
-    assert pipeline.table("dedup")["bloom_capacity"] == 20
+    assert pipeline.table("dedup")["bloom.capacity"] == 20
     data = figures([], 5, {"date": "d"}, len(specs), variant="one_pass")
     assert data["not_applicable"] == skipped and "Not applicable" in markdown(data)

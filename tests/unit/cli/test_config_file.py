@@ -70,7 +70,7 @@ def test_pipeline_file_failover_wait_maps_to_the_redis_config() -> None:
 
     text = 'app_id = "w"\n[sink]\ntopic = "t"\n[redis]\n'
     default = dedup_config(parse_pipeline(text), "redis://127.0.0.1:1/0")
-    off = dedup_config(parse_pipeline(text + "failover_wait_seconds = 0\n"),
+    off = dedup_config(parse_pipeline(text + "failover_wait = 0\n"),
                        "redis://127.0.0.1:1/0")
     assert (default.redis.failover_wait, off.redis.failover_wait) == (20.0, 0.0)
 
@@ -110,3 +110,27 @@ def test_a_file_that_sets_one_pass_keeps_its_choice() -> None:
 def test_one_pass_asked_for_where_it_cannot_run_is_refused(text: str) -> None:
     with pytest.raises(ConfigError, match=r"sink\.one_pass = true needs dedup\.enabled = true"):
         parse_pipeline(text)
+
+
+def test_dedup_and_redis_keys_are_the_config_field_names() -> None:
+    """``[dedup]`` and ``[redis]`` say what ``DedupConfig`` says, dotted for nested
+    configs, as dotted keys or as tables; the flat names of before are unknown keys."""
+    from dedup.cli.pipeline import dedup_config
+
+    base = 'app_id = "w"\n[sink]\ntopic = "t"\n'
+    dotted = dedup_config(parse_pipeline(
+        base + '[dedup]\nbloom.capacity = 20\nretention.bucket_seconds = 3600\n'
+        'retention.late_policy = "pass"\n[redis]\nfailover_wait = 2.5\n'),
+        "redis://127.0.0.1:1/0")
+    tables = dedup_config(parse_pipeline(
+        base + '[dedup.bloom]\ncapacity = 20\n[dedup.retention]\nbucket_seconds = 3600\n'
+        'late_policy = "pass"\n[redis]\nfailover_wait = 2.5\n'), "redis://127.0.0.1:1/0")
+    for cfg in (dotted, tables):
+        assert (cfg.bloom.capacity, cfg.retention.bucket_seconds, cfg.retention.late_policy,
+                cfg.redis.failover_wait) == (20, 3600, "pass", 2.5)
+    for old in ("bloom_capacity = 20", "retention_bucket_seconds = 3600",
+                'late_policy = "pass"'):
+        with pytest.raises(ConfigError, match=r"unknown key .* in \[dedup\].*bloom\.capacity"):
+            parse_pipeline(base + f"[dedup]\n{old}\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'failover_wait_seconds'.*failover_wait"):
+        parse_pipeline(base + "[redis]\nfailover_wait_seconds = 1\n")
