@@ -428,8 +428,14 @@ def _step_claim(inst: Instance, s: State, t: Task, name: str) -> Step:
         return (f"{name}: claim shard {shard} -> REPLAY, kept {list(kept)} [claim.lua]", "step",
                 _with_task(s, t, nxt._replace(kept=t.kept + kept)))
     if s.sfence[shard] > t.fence and inst.mutant != "lease_not_checked":
-        return (f"{name}: claim shard {shard} -> INUSE (fence {t.fence} < {s.sfence[shard]})",
-                "step", _fail_task(s, t, fatal=True))
+        # claim.lua refuses the task's fence; RedisCatalog.claim then takes the lease
+        # afresh (the fence a worker cached for the batch may be stale: a takeover that
+        # was refused or lapsed raised every shard's fence) and claims again: refused
+        # only if another live query holds the lease (fixed 2026-11-27, found by the
+        # conformance replay)
+        label, kind, s2 = _step_lease(inst, s, t, name)
+        return (f"{name}: claim shard {shard} -> INUSE (fence {t.fence} < {s.sfence[shard]}); "
+                + label.removeprefix(f"{name}: "), kind, s2)
     sfence = _set(s.sfence, shard, max(s.sfence[shard], t.fence))
     catalog = _catalog(s, shard)
     trust = tag == version or inst.mutant == "stale_bloom_trusted"

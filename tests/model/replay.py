@@ -164,6 +164,8 @@ class RealTask:
     """The pause point the thread waits at ('' before it started, 'done'/'error' after)."""
     outcome: Any = None
     thread: threading.Thread | None = None
+    leased: bool = False
+    """The task's first claim took (or found cached) the lease."""
     notes: list[tuple[str, Any]] = field(default_factory=list)
     """What the real code decided on the way (claims, checkpoints), for the step's check."""
 
@@ -241,8 +243,13 @@ def install(monkeypatch: Any) -> None:
     fence = catalog.RedisCatalog._fence
 
     def paused_fence(self: Any, lease_owner: str, decision: str) -> int:
+        # the model's lease step: the task's first claim, or a lease taken afresh
+        task: RealTask | None = getattr(_local, "task", None)
+        known = catalog._FENCES.get((self.config.app_id, lease_owner))
         value = fence(self, lease_owner, decision)
-        pause("lease")
+        if task is not None and (not task.leased or known is None or known[0] != decision):
+            task.leased = True
+            pause("lease")
         return value
 
     monkeypatch.setattr(catalog.RedisCatalog, "_fence", paused_fence)
@@ -464,6 +471,9 @@ class Replay:
     tasks: dict[tuple[int, int, int, int], RealTask] = field(default_factory=dict)
     results: dict[int, list[Any]] = field(default_factory=dict)
     _did: str = ""
+    _q: int = 0
+    """The query the model's driver runs before the current step."""
+    _offset: dict[int, int | None] = field(default_factory=lambda: {0: 0, 1: None})
     attempts: Counter[tuple[int, int, int]] = field(default_factory=Counter)
 
     def run(self) -> None:
@@ -474,6 +484,7 @@ class Replay:
                 self.log.append(label)
                 self._step(label, kind, after)
                 self.log[-1] += f"  => {self._did}"
+                self._q = after.drv.q
         finally:
             self._finish_threads()
 
@@ -489,7 +500,7 @@ class Replay:
         key = tuple(int(x) for x in m.groups()) if m else None
         self._did = "nothing (driver bookkeeping)"
         if label.startswith("driver runs batch"):
-            batch = int(label.split()[3])
+            batch = self.real_batch(after.drv.q, int(label.split()[3]))
             if inst.form == "one_pass":
                 self.setup.fused._refuse_reused_query_id(self.setup.query_ids[after.drv.q],
                                                          batch)
@@ -499,7 +510,7 @@ class Replay:
             self._did = "thread started, at 'start'"
             return
         if label.startswith("driver: end_batch and commit_progress"):
-            batch = int(label.rstrip(")").split()[-1])
+            batch = self.real_batch(after.drv.q, int(label.rstrip(")").split()[-1]))
             query = self.setup.query_ids[after.drv.q]
             # DedupKafkaForeachBatch.__call__ after the collect
             self.setup.fused.sink.end_batch([], query, batch)
@@ -507,12 +518,13 @@ class Replay:
             self._did = "end_batch, commit_progress"
             return
         if label.startswith("driver: writer commit"):
-            batch = int(label.split()[-1])
-            self.setup.writer.commit(self.results.get(batch, []), batch)
-            self._did = f"writer.commit({len(self.results.get(batch, []))} messages)"
+            model_batch = int(label.split()[-1])
+            messages = self.results.get(model_batch, [])
+            self.setup.writer.commit(messages, self.real_batch(after.drv.q, model_batch))
+            self._did = f"writer.commit({len(messages)} messages)"
             return
         if label.startswith("listener: commit_progress"):
-            batch = int(label.rstrip(")").split()[-1])
+            batch = self.real_batch(after.drv.q, int(label.rstrip(")").split()[-1]))
             query = self.setup.query_ids[after.drv.q]
             # Spark's progress event of the committed batch, carrying the step's metric
             from dedup.operator import metric_name
@@ -530,6 +542,7 @@ class Replay:
             from dedup.catalog import RedisCatalog
             from sinks.checkpoint import CheckpointStore
 
+            self._offset[1] = after.commits[0]
             query0 = self.setup.query_ids[0]
             RedisCatalog(self.setup.dedup).release(query0)
             CheckpointStore.for_config(self.setup.sink).release_lease(query0)
@@ -575,9 +588,12 @@ class Replay:
         want = expected_point(label, _task_of(after, key), task.at)  # type: ignore[arg-type]
         passing = {"get_producer"}
         if want == "dedup.after_claim":
-            # a claim refused for a stale cached fence takes the lease afresh and claims
-            # again (RedisCatalog.claim), inside the model's claim step
+            # the model's task takes the current lease; a worker's fence cached for the
+            # batch (_FENCES, not modelled) may be stale, and a claim refused with it takes
+            # the lease afresh and claims again (RedisCatalog.claim) inside this step
             passing.add("lease")
+        if ("take_lease" in label or "begin_transaction" in label) and key[0] == self._q:
+            self._lapse_other_query()
         if want == "done" and task.at == "sink.after_checkpoint":
             # an empty partition: the code passes sink.after_commit on its way out
             # (write_partition with no records), the model returns at once
@@ -594,6 +610,29 @@ class Replay:
             named = re.findall(r"\b([A-Z][A-Za-z]+Error)\b", label)
             if named and type(task.outcome).__name__ != named[-1]:
                 raise DisagreementError(f"{label}: the real task failed with {task.outcome!r}")
+
+    def _lapse_other_query(self) -> None:
+        """The model lets the live query take a lease the other (down) query holds: its
+        leases have lapsed by then (no clocks in the model). The replay plays the clock:
+        it ends the other query's app id lease and sink output lease (lease.lua's
+        'until' in the past, as a lapse leaves it) before such a step; a zombie of the
+        down query may have renewed them since the takeover."""
+        if self._offset[1] is None:
+            return  # no second query: nobody else holds a lease
+        from dedup.catalog import RedisCatalog
+        from sinks.checkpoint import CheckpointStore
+
+        other = self.setup.query_ids[1 - self._q]
+        if self.setup.form != "sink_only":
+            RedisCatalog(self.setup.dedup).release(other)
+        CheckpointStore.for_config(self.setup.sink).release_lease(other)
+
+    def real_batch(self, q: int, b: int) -> int:
+        """Spark's batch id of the model's batch ``b`` in query ``q``: a new checkpoint
+        location numbers its batches from 0 (query 1 starts at query 0's position)."""
+        offset = self._offset[q]
+        assert offset is not None
+        return b - offset
 
     def _check_decisions(self, label: str, task: RealTask) -> None:
         """The claim's and the checkpoint's outcome in the real code are the model's."""
@@ -619,13 +658,14 @@ class Replay:
         task = RealTask(key, attempt)
         received = self.setup.input_batch(inst.rows(b, p), inst.shard, b)
         query = self.setup.query_ids[q]
+        real = self.real_batch(q, b)
 
         def run() -> None:
             _local.worker, _local.task = f"w{w}", task
             try:
                 if pause("start") == "raise":
                     raise RuntimeError("not started")
-                result = self.setup.task_body(b, p, attempt, query, received)
+                result = self.setup.task_body(real, p, attempt, query, received)
                 task.events.put(("done", result))
             except BaseException as exc:  # reported to the scheduler
                 task.events.put(("error", exc))
@@ -707,6 +747,7 @@ def compare(replay: Replay) -> Comparison:
     duplicated = sorted(r for r in extra.elements() if r in model)
     phantoms = sorted(r for r in extra.elements() if r not in model)
     markers_model: list[tuple[str | None, int]] = [
-        (None, -1) if mk is None else (setup.query_ids[mk[0]], mk[1]) for mk in final.markers]
+        (None, -1) if mk is None else (setup.query_ids[mk[0]], replay.real_batch(*mk))
+        for mk in final.markers]
     markers_real = [read_marker(setup.sink, p) for p in range(replay.walk.inst.partitions)]
     return Comparison(lost, duplicated, phantoms, markers_model, markers_real)

@@ -141,6 +141,21 @@ SCENARIOS: dict[str, tuple[str, dict[str, object], tuple[str, ...],
     "one_pass/a refused takeover, then query 0 resumes on a worker that cached its fence": (
         "one_pass", dict(CRASH, crashes=2, kinds=("driver", "takeover"), inject_chance=0.1),
         ("kill the driver", "takeover"), _resumes_where_its_fence_is_cached),
+    "one_pass/a zombie of query 0 claims after query 1 took the app id over (takeover4)": (
+        "one_pass", dict(CRASH, crashes=2, kinds=("driver", "takeover"), inject_chance=0.1,
+                         bound="takeover4"),
+        ("kill the driver", "takeover"),
+        lambda labels: 0 <= _index(labels, "takeover")
+        < _index(labels, r"task q0 .*\(zombie\): claim shard \d+ -> INUSE")),
+    "two_step/query 1 takes the app id over at batch 1 and commits it": (
+        # rare (the kill after the listener's record of batch 0, before batch 1's
+        # claims): the search starts near the first seed that has it
+        "two_step", dict(CRASH, crashes=2, kinds=("driver", "takeover"), inject_chance=0.05,
+                         seeds=range(560, 760)),
+        ("kill the driver", "takeover"),
+        lambda labels: 0 <= _index(labels, "query 1 starts on the app id at batch 1")
+        < _index(labels, r"task q1 b1 p0 .*commit_transaction: \['")
+        and _index(labels, "AppIdInUseError") < 0),
     "sink_only/crash mid-produce": (
         "sink_only", CRASH, ("raise at sink.mid_produce",),
         _crashed_after("sink.mid_produce", "produce")),
@@ -158,8 +173,10 @@ def scenario_walk(name: str) -> Walk:
     form, failures, inject, want = SCENARIOS[name]
     failures = dict(failures)
     chance = float(failures.pop("inject_chance", 0.3))  # type: ignore[arg-type]
-    return find_walk(instance("ci", form, **failures), want, inject, AVOID,  # type: ignore[arg-type]
-                     inject_chance=chance)
+    bound = str(failures.pop("bound", "ci"))
+    seeds = failures.pop("seeds", range(2000))
+    return find_walk(instance(bound, form, **failures), want, inject, AVOID,  # type: ignore[arg-type]
+                     seeds=seeds, inject_chance=chance)  # type: ignore[arg-type]
 
 
 MIXED = dict(workers=2, crashes=2, zombies=1, kinds=("failpoint", "kill", "zombie", "driver"))
