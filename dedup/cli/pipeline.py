@@ -266,6 +266,61 @@ def checkpoint_history(checkpoint: str) -> tuple[str, int] | None:
     return (str(query_id), max(committed)) if committed else None
 
 
+def unfinished_batch(checkpoint: str) -> int | None:
+    """The batch the Spark checkpoint at ``checkpoint`` planned but never committed
+    (its offset log is ahead of its commit log); None when there is none, or the
+    checkpoint is not on the local file system."""
+    from pathlib import Path
+
+    if "://" in checkpoint and not checkpoint.startswith("file:"):
+        return None
+    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+
+    def last(folder: str) -> int:
+        try:
+            return max((int(p.name) for p in (root / folder).iterdir() if p.name.isdigit()),
+                       default=-1)
+        except OSError:
+            return -1
+
+    planned = last("offsets")
+    return planned if planned > last("commits") else None
+
+
+def check_dedup_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
+    """Refuse ``dedup.enabled = false`` on a checkpoint whose query deduplicated and left
+    a batch unfinished: without the dedup step the batch's rows land in other sink
+    partitions, and the partitions its first attempt committed would hide the rest of
+    it (found by tests/integration/cli/test_pipeline_key_changes.py: 37 of 360 records
+    lost, no error). After a clean stop the step may go. Read-only."""
+    if pipeline.table("dedup")["enabled"] or not redis_url:
+        return
+    batch = unfinished_batch(checkpoint)
+    if batch is None:
+        return
+    from dedup.catalog import RedisCatalog
+
+    root = checkpoint.removeprefix("file://").removeprefix("file:")
+    try:
+        from pathlib import Path
+
+        query_id = str(json.loads((Path(root) / "metadata").read_text().splitlines()[0])["id"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return
+    ids = {query_id, str(pipeline.table("sink")["options"].get("query.id") or query_id)}
+    catalog = RedisCatalog(dedup_config(pipeline, redis_url))
+    if not any(catalog.knows_query(q) for q in ids):
+        return
+    from dedup.exceptions import SettingChangedError
+
+    raise SettingChangedError(
+        f"dedup.enabled is false, but checkpoint {checkpoint} holds streaming query "
+        f"{query_id}, which deduplicated under app id {pipeline.app_id!r} and left batch "
+        f"{batch} unfinished: without the dedup step that batch would be written in other "
+        "sink partitions and the ones already committed would hide the rest of it. Set "
+        f"dedup.enabled = true until batch {batch} is committed (run once), then turn it off")
+
+
 def check_catalog_knows(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
     """Refuse to resume a checkpoint with committed batches against a Redis that has no
     record of its query (another URL, a replaced or flushed Redis): the IDs claimed so
@@ -302,13 +357,16 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     """Build the pipeline and start it from ``checkpoint`` (resumes when it exists).
 
     Refused (:class:`~dedup.exceptions.SettingChangedError`) when the checkpoint has
-    committed batches that the Redis has no record of (:func:`check_catalog_knows`).
+    committed batches that the Redis has no record of (:func:`check_catalog_knows`),
+    or when the dedup step is turned off with a batch unfinished
+    (:func:`check_dedup_kept`).
     ``transform`` is user code between the dedup step and the sink (the chaos
     runner's non-deterministic step); the pipeline file has none. A
     ``watcher`` of the query is given the one-pass step's counts, which
     Spark's progress reports do not carry.
     """
     check_catalog_knows(pipeline, addresses.redis_url, checkpoint)
+    check_dedup_kept(pipeline, addresses.redis_url, checkpoint)
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
     dead_letter = any(str(k).lower() == "dead.letter.topic" for k in sink["options"])
