@@ -208,3 +208,121 @@ def test_a_dedup_step_added_to_a_kept_checkpoint_is_refused_at_start(
         "without one needs a new checkpoint" in error, error
     assert len(read_output(kafka_bootstrap, topics.out)) == written
 
+
+def _add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_partitions([NewPartitions(topic, total)]).values():
+        future.result(30)
+
+
+def _partition_count(bootstrap: str, topic: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, 30).topics
+    return len(topics[topic].partitions)
+
+
+def test_output_topic_partitions_added_mid_batch_keep_the_output_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str, tmp_path: Any) -> None:
+    """The output topic grown from 2 to 4 partitions while a batch is partly committed
+    (the sink's batch markers belong to its own transactional ids, not to the topic's
+    partitions). ``[sink] partitions`` is read only where ``dedup run`` creates the
+    topic (``ensure_topic``, as ``run_pipeline`` calls it): on an existing topic a
+    changed value changes nothing."""
+    from sinks.kafka_io import ensure_topic
+
+    def grow(topics: Topics, _expected: dict[str, bytes]) -> None:
+        changed = _pipeline(app_id, topics, sink__partitions="4")
+        ensure_topic(kafka_bootstrap, topics.out, changed.table("sink")["partitions"])
+        assert _partition_count(kafka_bootstrap, topics.out) == 2
+        _add_partitions(kafka_bootstrap, topics.out, 4)
+
+    error, report, _run_again = _changed_mid_batch(
+        spark, kafka_bootstrap, redis_url, app_id, tmp_checkpoint, str(tmp_path / "f"),
+        {}, {"sink__partitions": "4"}, between=grow)
+    assert not error, error
+    final = report()
+    assert final.ok and final.open_transactions == 0, final.summary()
+
+
+def test_input_topic_partitions_or_topics_added_mid_batch_keep_the_output_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str, tmp_path: Any) -> None:
+    """While a batch is partly committed the input topic is grown from 2 to 3
+    partitions and a second topic is added to ``[source] topics``, each with records
+    of its own: Spark reads new partitions from their start, so the output is the first
+    copy of every record of both topics."""
+    second = f"{app_id}-in2"
+
+    def grow(topics: Topics, expected: dict[str, bytes]) -> None:
+        from sinks.kafka_io import ensure_topic
+
+        _add_partitions(kafka_bootstrap, topics.source, 3)
+        ensure_topic(kafka_bootstrap, second, 1)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        for i in range(40):
+            for topic, partition, prefix in ((topics.source, 2, "new-part"),
+                                             (second, 0, "second")):
+                key = f"{prefix}-{i:05d}"
+                producer.produce(topic, key=key.encode(), value=key.encode(),
+                                 partition=partition)
+                expected[key] = key.encode()
+        assert producer.flush(30) == 0
+
+    topics = Topics(f"{app_id}-in", f"{app_id}-out")
+    error, report, _run_again = _changed_mid_batch(
+        spark, kafka_bootstrap, redis_url, app_id, tmp_checkpoint, str(tmp_path / "f"),
+        {}, {"source__topics": f'["{topics.source}", "{second}"]'}, between=grow)
+    assert not error, error
+    final = report()
+    assert final.ok and final.open_transactions == 0, final.summary()
+
+
+@pytest.mark.parametrize(("key", "before", "after"), [
+    ("sink__key_column", '"key"', '""'),
+    ("sink__value_column", '"value"', '"key"'),
+], ids=["key_column", "value_column"])
+def test_a_sink_column_changed_mid_batch(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str, tmp_path: Any, key: str, before: str, after: str) -> None:
+    """``[sink] key_column`` and ``value_column`` decide what the records hold. A
+    change the stalled partition's checkpoint does not fit (a key column dropped or
+    added) is refused at the replay's first write (``CheckpointSchemaError``); doing as
+    it says (the previous setting until that batch is committed, then the new one) is
+    exact. A change it fits (another value column, a string either way) works: the
+    replayed partition writes what it checkpointed, later batches the new values, and
+    no ID is lost, repeated or foreign."""
+    error, report, run = _changed_mid_batch(
+        spark, kafka_bootstrap, redis_url, app_id, tmp_checkpoint, str(tmp_path / "f"),
+        {key: before}, {key: after})
+    if key == "sink__key_column":
+        assert "CheckpointSchemaError" in error and "restore the previous code" in error, \
+            f"not refused: {error!r}"
+        assert not run(**{key: before})  # the advice: the previous setting until committed
+        assert not run(**{key: after})  # then the new one
+        final = report()
+        assert final.ok and final.open_transactions == 0, final.summary()
+    else:
+        assert not error, error
+        final = report()
+        assert (final.lost, final.duplicated, final.phantoms, final.open_transactions) \
+            == (0, 0, 0, 0), final.summary()
+        assert final.mismatched > 0  # later batches carry the new value column
+
+
+def test_the_source_type_changed_on_a_kept_checkpoint_is_refused_at_start(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str, tmp_path: Any) -> None:
+    """``[source] type`` changed (kafka to synthetic) while a batch is partly
+    committed: Spark cannot read the offsets the checkpoint holds for another source,
+    and the query fails before it writes; the old source resumes exactly."""
+    error, report, run = _changed_mid_batch(
+        spark, kafka_bootstrap, redis_url, app_id, tmp_checkpoint, str(tmp_path / "f"),
+        {}, {"source__type": '"synthetic"', "source__topics": "", "sink__value_column": ""})
+    assert error, "a synthetic source resumed a Kafka source's checkpoint"
+    assert not run()
+    final = report()
+    assert final.ok and final.open_transactions == 0, f"{error!r}: {final.summary()}"
