@@ -11,6 +11,7 @@ steps name, in the trace's order.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -169,6 +170,7 @@ SCENARIOS: dict[str, tuple[str, dict[str, object], tuple[str, ...],
 }
 
 
+@functools.cache
 def scenario_walk(name: str) -> Walk:
     form, failures, inject, want = SCENARIOS[name]
     failures = dict(failures)
@@ -184,6 +186,7 @@ MIXED = dict(workers=2, crashes=2, zombies=1, kinds=("failpoint", "kill", "zombi
 RANDOM_PER_FORM = 3
 
 
+@functools.cache
 def random_walks(form: str, count: int = RANDOM_PER_FORM, first_seed: int = 100) -> list[Walk]:
     """The first ``count`` walks from ``first_seed`` on with three failures of ``MIXED``
     injected wherever the walk happens to be (deterministic)."""
@@ -208,7 +211,7 @@ def patched(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_the_scenarios_are_found_and_deterministic() -> None:
     """Every scenario has a trace, the same one at every run (its seed)."""
     for name in SCENARIOS:
-        first, again = scenario_walk(name), scenario_walk(name)
+        first, again = scenario_walk(name), scenario_walk.__wrapped__(name)
         assert first.seed == again.seed and first.labels == again.labels, name
         assert any(label.startswith("FAILURE") for label in first.labels), name
 
