@@ -53,6 +53,57 @@ def make_active(spark: Any) -> None:
     spark.createDataFrame([], "_dedup_active int")
 
 
+class ConnectUnreachableError(DedupError, RuntimeError):
+    """The Spark Connect server of a ``sc://`` URL did not answer."""
+
+
+def connect_session(url: str, conf: dict[str, str] | None = None) -> Any:
+    """A Spark Connect session on the server at ``url`` (``sc://host:port``).
+
+    Only session settings can be given (``conf``, set one by one): the
+    server's static ones (``spark.jars``, ``spark.pyspark.python``, memory) were
+    fixed when it started, so its Kafka connector jars and the Python its
+    workers run (one that can import the toolkit) are the server's business. A
+    token-protected server takes ``;token=...`` in the URL or
+    ``SPARK_CONNECT_AUTHENTICATE_TOKEN``.
+
+    Parameters
+    ----------
+    url:
+        The server's address, ``sc://host:port[/;param=value...]``.
+    conf:
+        Session settings, e.g. ``spark.sql.shuffle.partitions``.
+
+    Returns
+    -------
+    pyspark.sql.connect.session.SparkSession
+
+    Raises
+    ------
+    ConnectUnreachableError
+        The server did not answer the first request (the settings'), in one line.
+    """
+    from pyspark.sql import SparkSession
+
+    try:
+        spark = SparkSession.builder.remote(url).getOrCreate()
+        # The first request: the client connects lazily, and an unreachable
+        # server should be named here rather than at the query's start.
+        spark.conf.get("spark.sql.session.timeZone")
+        for key, value in (conf or {}).items():
+            spark.conf.set(key, value)
+    except ImportError as exc:
+        raise ConnectUnreachableError(
+            f"Spark Connect's client cannot be imported ({exc}): install "
+            "spark-exactly-once-dedup[connect]") from None
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConnectUnreachableError(
+            f"the Spark Connect server at {url} did not answer ({first[:300]}): start it "
+            "(Spark's sbin/start-connect-server.sh) or correct the address") from None
+    return spark
+
+
 def batch_identity(df: Any) -> tuple[str | None, str | None]:
     """``(query id, run id)`` of the streaming query whose ``foreachBatch`` got ``df``
     (None where it cannot be told). Call on the driver, inside the function.

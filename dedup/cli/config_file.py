@@ -65,6 +65,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "run": {
         "trigger_seconds": 0.0, "stop_after_idle_seconds": 10.0, "max_seconds": 0.0,
         "shuffle_partitions": 4, "master": "local[2]",
+        # a Spark Connect server (sc://host:port) instead of the classic session of master
+        "remote": "",
     },
 }
 SOURCE_TYPES = ("synthetic", "kafka", "files")
@@ -169,6 +171,12 @@ def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
     if tables["sink"]["type"] == "kafka" and not tables["sink"]["topic"]:
         raise ConfigError("sink.topic is required for sink.type = \"kafka\": name the output "
                           "topic")
+    given_run = nested.get("run", {})
+    if "master" in given_run and given_run.get("remote"):
+        raise ConfigError(f"{path} sets both run.master and run.remote: a pipeline runs either "
+                          "in a classic session (master) or through a Spark Connect server "
+                          "(remote); remove one of them")
+    check_remote_url(tables["run"]["remote"], "run.remote")
     sink = tables["sink"]
     fits = tables["dedup"]["enabled"] and sink["type"] == "kafka"
     if "one_pass" not in nested.get("sink", {}):
@@ -180,6 +188,14 @@ def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
                           "\"kafka\" (it runs the dedup step inside the Kafka sink's write): "
                           "set sink.one_pass = false or leave it out")
     return PipelineFile(path=path, tables=tables)
+
+
+def check_remote_url(url: str, where: str) -> None:
+    """Refuse a Spark Connect address that is not ``sc://host:port`` (empty: none given)."""
+    if url and not url.startswith("sc://"):
+        raise ConfigError(f"{where} must be a Spark Connect URL like sc://127.0.0.1:15002, "
+                          f"not {url!r} (a classic master such as local[2] goes in run.master "
+                          "or --master)")
 
 
 def load_pipeline(path: str | Path) -> PipelineFile:

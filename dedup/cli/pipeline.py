@@ -16,6 +16,7 @@ from dedup.cli.config_file import SYNTHETIC_KEYS, PipelineFile
 from dedup.config import BloomConfig, DedupConfig, RedisConfig, RetentionConfig
 from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.exceptions import ConfigError
+from dedup.spark_session import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -415,7 +416,9 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
             one_pass_sink = sinks.DedupKafkaForeachBatch(
                 dedup_config(pipeline, addresses.redis_url, fail_point_dir), options)
             writer = one_pass_sink.write_stream(out)
-            if watcher is not None:
+            if watcher is not None and not is_connect(spark):
+                # Under Spark Connect the counts stay in the server's copy of the
+                # sink, and asking the client's is refused.
                 watcher.batch_metrics = one_pass_sink.batch_metrics
         else:
             writer = out.writeStream.format("exactly_once_kafka").options(**options)

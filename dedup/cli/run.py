@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from dedup.cli.config_file import PipelineFile, example_path, load_pipeline
+from dedup.cli.config_file import PipelineFile, check_remote_url, example_path, load_pipeline
 from dedup.cli.errors import EXIT_INCOMPLETE, RUN_EXIT_CODES_HELP
 from dedup.cli.pipeline import (
     Addresses,
@@ -22,7 +22,34 @@ from dedup.cli.progress import Progress, QueryWatcher, stderr_to_file, wait_for
 from dedup.exceptions import ConfigError
 from dedup.local.paths import cache_dir
 
-__all__ = ["EXIT_INCOMPLETE", "add_parser", "run_command", "run_pipeline"]
+__all__ = ["EXIT_INCOMPLETE", "add_parser", "run_command", "run_pipeline", "spark_target"]
+
+
+def spark_target(run: dict[str, Any], master: str | None = None,
+                 remote: str | None = None) -> tuple[str, str]:
+    """Where the pipeline runs: ``("remote", sc://...)`` or ``("master", url)``.
+
+    The options (``--master``, ``--remote``) override the file's ``run.master`` and
+    ``run.remote``; both options together are refused (the file's pair is refused
+    when it is read).
+
+    Raises
+    ------
+    ConfigError
+        ``--master`` and ``--remote`` together, or a remote URL that is not ``sc://``.
+    """
+    if master and remote:
+        raise ConfigError("--master and --remote both given: a pipeline runs either in a "
+                          "classic session (--master) or through a Spark Connect server "
+                          "(--remote); give one of them")
+    if remote:
+        check_remote_url(remote, "--remote")
+        return "remote", remote
+    if master:
+        return "master", master
+    if run.get("remote"):
+        return "remote", str(run["remote"])
+    return "master", str(run["master"])
 
 
 def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -42,6 +69,10 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
                         "(default: <cache>/runs/<app_id>/checkpoint)")
     parser.add_argument("--master", help="Spark master URL, e.g. spark://host:7077 for a "
                         "standalone cluster (overrides run.master)")
+    parser.add_argument("--remote", help="run through a Spark Connect server, e.g. "
+                        "sc://127.0.0.1:15002 (overrides run.remote; the server needs the "
+                        "Kafka connector's jars and the toolkit importable by its Python "
+                        "workers)")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="stop after this long (overrides run.max_seconds)")
     parser.add_argument("--verify", action="store_true",
@@ -62,6 +93,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Namespace) -> int:
     from dedup.local.spark import cli_spark_session
+    from dedup.spark_session import connect_session
     from sinks.kafka_io import ensure_topic
 
     progress = Progress(quiet=args.quiet)
@@ -69,7 +101,7 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
     sink = pipeline.table("sink")
     base = cache_dir() / "runs" / pipeline.app_id
     checkpoint = args.checkpoint or pipeline.tables[""]["checkpoint"] or str(base / "checkpoint")
-    master = getattr(args, "master", None) or run["master"]
+    kind, where = spark_target(run, getattr(args, "master", None), getattr(args, "remote", None))
     if sink["type"] == "kafka":
         ensure_topic(addresses.sink_bootstrap, sink["topic"], sink["partitions"],
                      client_config=quiet_clients(sink_client_settings(pipeline)))
@@ -77,11 +109,23 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
              f"{'dedup -> ' if pipeline.table('dedup')['enabled'] else ''}{sink['type']} sink")
     progress.say(f"pipeline {pipeline.app_id}: {pipeline.table('source')['type']} source -> "
                  f"{steps} {sink['topic'] or ''}; checkpoint {checkpoint}")
-    progress.say(f"starting Spark ({master}); Spark's log: {base / 'logs'}")
+    if kind == "remote":
+        progress.say(f"connecting to the Spark Connect server {where} (Spark's log is the "
+                     "server's)")
+    else:
+        progress.say(f"starting Spark ({where}); Spark's log: {base / 'logs'}")
     with stderr_to_file(base / "logs" / "stderr.log", enabled=not args.debug):
-        spark = cli_spark_session(base / "logs", app_name=f"dedup-run-{pipeline.app_id}",
-                                  master=master,
-                                  shuffle_partitions=run["shuffle_partitions"], debug=args.debug)
+        if kind == "remote":
+            spark = connect_session(where, {
+                # what the classic session sets that a Connect session may set
+                "spark.sql.shuffle.partitions": str(run["shuffle_partitions"]),
+                "spark.sql.adaptive.enabled": "false",
+                "spark.sql.execution.arrow.pyspark.enabled": "true",
+            })
+        else:
+            spark = cli_spark_session(base / "logs", app_name=f"dedup-run-{pipeline.app_id}",
+                                      master=where, shuffle_partitions=run["shuffle_partitions"],
+                                      debug=args.debug)
         try:
             started, watcher, stopped_by = _stream(spark, pipeline, addresses, checkpoint,
                                                    args, progress)

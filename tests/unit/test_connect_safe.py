@@ -3,7 +3,7 @@
 A Spark Connect session and its DataFrames have no JVM handles: ``_jvm``,
 ``sparkContext``, ``_jsparkSession``, ``_jdf`` and the classic
 ``SparkSession._instantiatedSession`` raise or are None there. Every path of
-the product (``dedup`` without its local tooling and command line, ``sinks``)
+the product (``dedup`` without its local tooling, ``sinks``, and the command line)
 must do without them; worker-side ``TaskContext.getLocalProperty`` is fine.
 The classic-only lookups of :mod:`dedup.spark_session` go through the public
 ``SparkContext`` class and are guarded by :func:`dedup.spark_session.is_connect`.
@@ -20,7 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 JVM_ONLY = frozenset({"_jvm", "sparkContext", "_jsparkSession", "_jdf", "_instantiatedSession",
                       "_jsc", "_sc"})
-SKIPPED = ("dedup/local/", "dedup/cli/")
+# The command line is scanned too: dedup run --remote runs it under Spark Connect.
+SKIPPED = ("dedup/local/",)
 CLASSIC_ONLY = "_active_spark_context"
 CLASSIC_MODULE = "dedup/spark_session.py"
 
