@@ -78,3 +78,16 @@ def connect_spark() -> Iterator[Any]:
             DefaultChannelBuilder.default_port = original_port  # type: ignore[method-assign]
             if not had_token:
                 os.environ.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
+
+
+@pytest.fixture(scope="package")
+def connect_url(connect_spark: Any) -> str:
+    """The ``sc://`` address of :func:`connect_spark`'s server, for another client.
+
+    ``localhost``, not 127.0.0.1: the local server requires the token it put in
+    ``SPARK_CONNECT_AUTHENTICATE_TOKEN``, and PySpark's client sends a token over
+    a plain channel only to ``localhost`` (elsewhere it wants TLS).
+    """
+    from pyspark.sql.connect.client.core import DefaultChannelBuilder
+
+    return f"sc://localhost:{DefaultChannelBuilder.default_port()}"
