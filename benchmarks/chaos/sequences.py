@@ -443,6 +443,10 @@ stop_after_idle_seconds = 5.0
         :attr:`pending`. Transient query deaths are restarted (up to MAX_RESTARTS).
         """
         errors: list[str] = []
+        if self.available == 0:
+            # the synthetic source reads total_rows = 0 as endless: a first start (a reset
+            # or a change as the first action) is offered one batch
+            self.offer(1)
         for _ in range(MAX_RESTARTS + 1):
             try:
                 query = self._start()
