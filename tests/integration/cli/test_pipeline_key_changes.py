@@ -81,8 +81,10 @@ def _partial_batch(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: 
         seconds=30)
     query = start_query(spark, pipeline, addresses, checkpoint, fail_point_dir=faults)
     try:
-        assert wait_for(lambda: bool(fired(faults, "sink.after_checkpoint")), timeout=150), \
-            "the stalled fail-point never fired"
+        wait_for(lambda: bool(fired(faults, "sink.after_checkpoint")) or not query.isActive,
+                 timeout=300)
+        assert fired(faults, "sink.after_checkpoint"), \
+            f"the stalled fail-point never fired: {query.exception()} {query.lastProgress}"
         time.sleep(4.0)  # the other partitions of batch 1 finish their commits
     finally:
         query.stop()
@@ -207,6 +209,133 @@ def test_a_dedup_step_added_to_a_kept_checkpoint_is_refused_at_start(
     assert "SettingChangedError" in error and "A dedup step added to a pipeline that ran " \
         "without one needs a new checkpoint" in error, error
     assert len(read_output(kafka_bootstrap, topics.out)) == written
+
+
+# The synthetic source's keys: (value before, value after) of the "down" direction, and
+# whether the change gives the rows of an offset range other record IDs (a batch already
+# read then claims other IDs at its replay).
+SYNTHETIC: dict[str, tuple[str, str, bool]] = {
+    "seed": ("2", "1", True),
+    "rows_per_batch": ("100", "60", True),
+    "duplicate_rate": ("0.3", "0.1", True),
+    "duplicate_distance": ('"later_batches"', '"same_batch"', True),
+    # not for batch 1 (its duplicates may reach back to batch 0 under either gap); for
+    # a batch further on, another gap gives other IDs and is refused like the above
+    "duplicate_gap_batches": ("3", "1", False),
+    "total_rows": ("400", "300", False),
+    "rows_per_second": ("500", "0", False),
+    "num_keys": ("50", "5", False),
+    "key_skew": ("1.0", "0", False),
+    "payload_bytes": ("40", "20", False),
+    "num_partitions": ("3", "1", False),
+}
+BASE_SOURCE = {"type": '"synthetic"', "seed": "1", "rows_per_batch": "100",
+               "total_rows": "400", "duplicate_rate": "0.3", "num_partitions": "2"}
+
+
+def _synthetic_pipeline(app_id: str, out: str, keys: dict[str, str]) -> Any:
+    source = {**BASE_SOURCE, **keys}
+    return parse_pipeline(
+        f'app_id = "{app_id}"\n[source]\n'
+        + "".join(f"{k} = {v}\n" for k, v in source.items())
+        + f'[dedup]\nnum_shards = 8\n[sink]\ntopic = "{out}"\nvalue_column = "payload"\n'
+        '[run]\ntrigger_seconds = 0\n')
+
+
+def _options(pipeline: Any) -> Any:
+    from dedup.cli.config_file import SYNTHETIC_KEYS
+    from sources.synthetic_rows import SyntheticOptions
+
+    return SyntheticOptions(**{k: pipeline.table("source")[k] for k in SYNTHETIC_KEYS})
+
+
+def _run_synthetic(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: str,
+                   total: int) -> str:
+    """:func:`_run` until the synthetic source's last row is read: with rows_per_second
+    a source offers rows only as time passes, so "all available" comes in steps."""
+    try:
+        query = start_query(spark, pipeline, addresses, checkpoint)
+    except Exception as exc:  # a refusal at start
+        return f"{type(exc).__name__}: {exc}"
+    deadline = time.monotonic() + 120
+    try:
+        while query.isActive and time.monotonic() < deadline:
+            query.processAllAvailable()
+            ends = [s.get("endOffset") for s in (query.lastProgress or {}).get("sources", [])]
+            if any('"row"' in str(e).replace("'", '"') and
+                   int(str(e).split(":")[-1].strip(" }")) >= total for e in ends if e):
+                break
+            time.sleep(0.5)
+    except Exception:  # the query's error, read below
+        pass
+    finally:
+        query.stop()
+    error = query.exception()
+    return "" if error is None else f"{type(error).__name__}: {error}"
+
+
+@pytest.mark.parametrize("key", list(SYNTHETIC))
+def test_which_synthetic_keys_give_rows_already_read_other_ids(key: str) -> None:
+    """The grouping of :data:`SYNTHETIC`, key by key and both ways: rows 100-199 (batch
+    1 of the test below) get other record IDs exactly when the key is marked so."""
+    from sources.synthetic_rows import synthetic_rows
+
+    first, second, changes_ids = SYNTHETIC[key]
+    for a, b in ((first, second), (second, first)):
+        old = _options(_synthetic_pipeline("ids", "out", {key: a}))
+        new = _options(_synthetic_pipeline("ids", "out", {key: b}))
+        same = [r[0] for r in synthetic_rows(old, 100, 200)] == \
+            [r[0] for r in synthetic_rows(new, 100, 200)]
+        assert same != changes_ids, f"{key} {a} -> {b}: same IDs {same}"
+
+
+@pytest.mark.parametrize(("changes_ids", "direction"),
+                         [(True, "down"), (True, "up"), (False, "down"), (False, "up")],
+                         ids=["ids-down", "ids-up", "shape-down", "shape-up"])
+def test_synthetic_source_keys_changed_mid_batch(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str, tmp_path: Any, changes_ids: bool, direction: str) -> None:
+    """The synthetic source's keys changed together while a batch is partly committed
+    (those that give rows other IDs in one run, the others in another; each down and
+    up). Other IDs: the replayed batch claims other IDs than its first attempt, refused
+    at the first claim ("an input that changed between attempts ... make the source
+    replayable"); doing so (the old keys until the batch is committed) is exact. The
+    others work: the output is the first copy of each ID of the rows actually read,
+    batches already planned under the old keys, the rest under the new (the source's own
+    duplicates are the re-sent copies of earlier records); each ID once (payloads are
+    not compared there: payload_bytes is among the keys changed)."""
+    from dedup.verify import expected_first_occurrences
+    from sinks.kafka_io import ensure_topic
+    from sources.synthetic_rows import synthetic_rows
+
+    keys = {k: v for k, v in SYNTHETIC.items() if v[2] == changes_ids}
+    first = {k: v[0] if direction == "down" else v[1] for k, v in keys.items()}
+    second = {k: v[1] if direction == "down" else v[0] for k, v in keys.items()}
+    out = f"{app_id}-out"
+    ensure_topic(kafka_bootstrap, out, 2)
+    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    before = _synthetic_pipeline(app_id, out, first)
+    after = _synthetic_pipeline(app_id, out, second)
+    _partial_batch(spark, before, addresses, tmp_checkpoint, str(tmp_path / "f"))
+    old, new = _options(before), _options(after)
+    error = _run_synthetic(spark, after, addresses, tmp_checkpoint, new.total_rows)
+    if changes_ids:
+        assert "was recorded for other IDs" in error and "make the source replayable" \
+            in error, f"{direction}: not refused ({error!r})"
+        assert not _run(spark, before, addresses, tmp_checkpoint)  # the advice
+        rows = list(synthetic_rows(old, 0, old.total_rows))
+    else:
+        assert not error, f"{direction}: {error}"
+        read = 2 * old.rows_per_batch  # batches 0 and 1, in the offset log
+        rows = [*synthetic_rows(old, 0, read), *synthetic_rows(new, read, new.total_rows)]
+    expected = expected_first_occurrences((r[0], r[2]) for r in rows)
+    report = check_exact(kafka_bootstrap, out, {k: v.encode() for k, v in expected.items()})
+    # IDs: each once. Payloads: a changed payload_bytes (or a rate that made batches
+    # smaller than rows_per_batch) moves where old payloads end, so they are compared
+    # only where the keys were not changed mid-run.
+    assert (report.lost, report.duplicated, report.phantoms, report.open_transactions) \
+        == (0, 0, 0, 0), f"{direction}: {report.summary()}"
+    assert not changes_ids or report.ok, f"{direction}: {report.summary()}"
 
 
 def _add_partitions(bootstrap: str, topic: str, total: int) -> None:
