@@ -57,14 +57,28 @@ def _pipeline(app_id: str, topics: Topics, **changed: str) -> Any:
     return parse_pipeline(text)
 
 
-def _run(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: str) -> str:
-    """Run the query until the input is consumed; its error as text, "" if none."""
+def _run(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: str,
+         until_row: int | None = None) -> str:
+    """Run the query until the input is consumed; its error as text, "" if none.
+
+    With ``until_row``, until the synthetic source's row ``until_row`` is read: with
+    rows_per_second a source offers rows only as time passes, so "all available"
+    comes in steps.
+    """
     try:
         query = start_query(spark, pipeline, addresses, checkpoint)
     except Exception as exc:  # a refusal at start
         return f"{type(exc).__name__}: {exc}"
+    deadline = time.monotonic() + 120
     try:
         query.processAllAvailable()
+        while until_row is not None and query.isActive and time.monotonic() < deadline:
+            ends = [s.get("endOffset") for s in (query.lastProgress or {}).get("sources", [])]
+            if any('"row"' in str(e).replace("'", '"') and
+                   int(str(e).split(":")[-1].strip(" }")) >= until_row for e in ends if e):
+                break
+            time.sleep(0.5)
+            query.processAllAvailable()
     except Exception:  # the query's error, read below
         pass
     finally:
@@ -249,32 +263,6 @@ def _options(pipeline: Any) -> Any:
     return SyntheticOptions(**{k: pipeline.table("source")[k] for k in SYNTHETIC_KEYS})
 
 
-def _run_synthetic(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: str,
-                   total: int) -> str:
-    """:func:`_run` until the synthetic source's last row is read: with rows_per_second
-    a source offers rows only as time passes, so "all available" comes in steps."""
-    try:
-        query = start_query(spark, pipeline, addresses, checkpoint)
-    except Exception as exc:  # a refusal at start
-        return f"{type(exc).__name__}: {exc}"
-    deadline = time.monotonic() + 120
-    try:
-        while query.isActive and time.monotonic() < deadline:
-            query.processAllAvailable()
-            ends = [s.get("endOffset") for s in (query.lastProgress or {}).get("sources", [])]
-            if any('"row"' in str(e).replace("'", '"') and
-                   int(str(e).split(":")[-1].strip(" }")) >= total for e in ends if e):
-                break
-            time.sleep(0.5)
-    except Exception:  # the query's error, read below
-        pass
-    finally:
-        query.stop()
-    error = query.exception()
-    return "" if error is None else f"{type(error).__name__}: {error}"
-
-
-@pytest.mark.parametrize("key", list(SYNTHETIC))
 def test_which_synthetic_keys_give_rows_already_read_other_ids(key: str) -> None:
     """The grouping of :data:`SYNTHETIC`, key by key and both ways: rows 100-199 (batch
     1 of the test below) get other record IDs exactly when the key is marked so."""
@@ -318,7 +306,7 @@ def test_synthetic_source_keys_changed_mid_batch(
     after = _synthetic_pipeline(app_id, out, second)
     _partial_batch(spark, before, addresses, tmp_checkpoint, str(tmp_path / "f"))
     old, new = _options(before), _options(after)
-    error = _run_synthetic(spark, after, addresses, tmp_checkpoint, new.total_rows)
+    error = _run(spark, after, addresses, tmp_checkpoint, until_row=new.total_rows)
     if changes_ids:
         assert "was recorded for other IDs" in error and "make the source replayable" \
             in error, f"{direction}: not refused ({error!r})"
