@@ -263,6 +263,7 @@ def _options(pipeline: Any) -> Any:
     return SyntheticOptions(**{k: pipeline.table("source")[k] for k in SYNTHETIC_KEYS})
 
 
+@pytest.mark.parametrize("key", list(SYNTHETIC))
 def test_which_synthetic_keys_give_rows_already_read_other_ids(key: str) -> None:
     """The grouping of :data:`SYNTHETIC`, key by key and both ways: rows 100-199 (batch
     1 of the test below) get other record IDs exactly when the key is marked so."""
