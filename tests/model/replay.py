@@ -370,6 +370,12 @@ class Setup:
         process: what the old one held in memory, e.g. the listener's pending progress
         event, is gone)."""
         options = self.options
+        from dedup.catalog import RedisCatalog
+
+        # the driver's start-up check, which every form runs when it plans the dedup
+        # step: it sets up the app id's catalog (the listener records in no other)
+        if self.form != "sink_only":
+            RedisCatalog(self.dedup).check_setup()
         if self.form == "one_pass":
             from sinks.dedup_foreach_batch import DedupKafkaForeachBatch
 
@@ -379,7 +385,6 @@ class Setup:
 
             self.writer = ExactlyOnceKafkaStreamWriter(self.sink, self.layout, self.columns)
         if self.form == "two_step":
-            from dedup.catalog import RedisCatalog
             from dedup.gc import DecisionGcListener
             from dedup.operator import metric_name
             from dedup.partition_step import PartitionStep

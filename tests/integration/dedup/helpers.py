@@ -18,6 +18,19 @@ def query_ids(count: int = 1) -> list[str]:
     import uuid
 
     return [f"q-{uuid.uuid4().hex[:12]}" for _ in range(count)]
+
+
+def driver_catalog(config: Any) -> Any:
+    """The catalog as a query's driver holds it: after the start-up check that every
+    form runs (it sets up the app id's catalog, without which the listener records no
+    committed batch: a late event of a stopped query must not set up a flushed Redis)."""
+    from dedup import RedisCatalog
+
+    catalog = RedisCatalog(config)
+    catalog.check_setup()
+    return catalog
+
+
 _BASE_TIME = time.time() - 100_000
 
 

@@ -24,7 +24,7 @@ from dedup import (
     ShardClaimer,
 )
 from dedup.bloom import FilterCache
-from tests.integration.dedup.helpers import catalog_holds, query_ids
+from tests.integration.dedup.helpers import catalog_holds, driver_catalog, query_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -155,7 +155,7 @@ def test_a_fenced_pipeline_cannot_claim_after_another_took_over(redis_url: str) 
                       lease_seconds=1)
     paused, successor = claimer(cfg), claimer(cfg)
     paused.claim(qa, 0, 0, ["a"], qa, now=1_800_000_000.0)
-    RedisCatalog(cfg).commit_progress(qa, 0)  # Spark committed A's batch 0
+    driver_catalog(cfg).commit_progress(qa, 0)  # Spark committed A's batch 0
     import time
 
     time.sleep(1.2)  # A's lease lapses
@@ -180,7 +180,7 @@ def test_a_zombie_task_cannot_claim_a_shard_the_new_owner_has_not_claimed_yet(
                       lease_seconds=1, bloom=BloomConfig(enabled=False))
     paused, successor = claimer(cfg), claimer(cfg)
     paused.claim(qa, 0, 0, ["w"], qa, now=1_800_000_000.0)
-    RedisCatalog(cfg).commit_progress(qa, 0)  # Spark committed A's batch 0
+    driver_catalog(cfg).commit_progress(qa, 0)  # Spark committed A's batch 0
     paused.catalog._fence(qa, f"{qa}:1")  # A's task of batch 1 takes its fence, pauses
     import time
 
@@ -216,7 +216,7 @@ def test_a_new_query_may_take_over_once_the_old_one_committed_or_was_forgotten(
 
     cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}", RedisConfig(redis_url), num_shards=2,
                       lease_seconds=60)
-    catalog = RedisCatalog(cfg)
+    catalog = driver_catalog(cfg)
     old, new = claimer(cfg), claimer(cfg)
     old.claim(qa, 4, 0, ["x"], qa, now=1_800_000_000.0)
     catalog.commit_progress(qa, 4)  # batch 4 committed ...
@@ -366,7 +366,7 @@ def test_an_app_id_that_joins_a_query_later_than_another_is_refused(redis_url: s
                              r"since batch 0"):
         claimer(renamed).claim(q, 2, 0, ["a"], q, now=now)
     for cfg in (old, beside):
-        RedisCatalog(cfg).commit_progress(q, 1)
+        driver_catalog(cfg).commit_progress(q, 1)
         RedisCatalog(cfg).forget_query(q)
     assert claimer(renamed).claim(q, 2, 0, ["a"], q, now=now).keep.tolist() == [True]
 
@@ -402,7 +402,7 @@ def test_a_streaming_query_unknown_to_its_redis_past_batch_0_is_refused(
     assert not RedisCatalog(cfg).knows_query(moved)
     # batch 0 empty (no claim), its commit recorded by the listener: batch 1 joins
     cfg = make_config(redis_url)  # an app id per query (each query takes its lease)
-    RedisCatalog(cfg).commit_progress(empty_start, 0)
+    driver_catalog(cfg).commit_progress(empty_start, 0)
     assert claimer(cfg).claim(empty_start, 1, 0, ["c"], empty_start, now=now,
                               strict=True).keep.tolist() == [True]
     # claimed from batch 0 on: known at batch 5 in any process

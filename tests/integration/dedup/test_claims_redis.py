@@ -27,7 +27,7 @@ from dedup import (
 )
 from dedup.bloom import FilterCache
 from dedup.catalog import decisions_key, journal_key, state_key
-from tests.integration.dedup.helpers import query_ids
+from tests.integration.dedup.helpers import driver_catalog, query_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -102,7 +102,7 @@ def test_lease_gc_and_shard_guard(redis_url: str) -> None:
     claimer.claim("static", "job", 0, ["c"], "")  # batch jobs are exempt
     shared = DedupConfig(app, RedisConfig(redis_url), num_shards=2, allow_shared_app_id=True)
     ShardClaimer(shared, filters=FilterCache()).claim(q2, 0, 0, ["d"], q2)
-    catalog = RedisCatalog(cfg)
+    catalog = driver_catalog(cfg)
     catalog.commit_progress(q2, 0)  # else q2's batch 0 would be unfinished work
     client = redis.Redis.from_url(redis_url)
     assert client.hexists(decisions_key(app, 0), f"{q1}:0")

@@ -29,7 +29,7 @@ from dedup import (
     UnsafeSettingError,
 )
 from dedup.bloom import FilterCache
-from tests.integration.dedup.helpers import query_ids
+from tests.integration.dedup.helpers import driver_catalog, query_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -95,7 +95,7 @@ def test_an_app_id_in_use_is_refused_and_stopping_the_other_query_as_told_lets_i
     cfg = make_config(redis_url, num_shards=2, lease_seconds=60)
     first, second = claimer(cfg), claimer(cfg)
     first.claim(qa, 0, 0, ["a"], qa, now=NOW)
-    RedisCatalog(cfg).commit_progress(qa, 0)  # A stops between batches ...
+    driver_catalog(cfg).commit_progress(qa, 0)  # A stops between batches ...
     with pytest.raises(AppIdInUseError, match="stop the other query"):
         second.claim(qb, 0, 0, ["a", "b"], qb, now=NOW)
     RedisCatalog(cfg).release(qa)  # ... as a stopped query's listener releases its lease
@@ -109,7 +109,7 @@ def test_an_unfinished_batch_is_refused_and_restarting_that_query_as_told_finish
     decision), commits it, stops; then B runs, and A's IDs count as seen."""
     qa, qb = query_ids(2)
     cfg = make_config(redis_url, num_shards=2, lease_seconds=60)
-    catalog = RedisCatalog(cfg)
+    catalog = driver_catalog(cfg)
     old = claimer(cfg)
     old.claim(qa, 4, 1, ["w"], qa, now=NOW)
     catalog.commit_progress(qa, 4)

@@ -23,7 +23,7 @@ import pytest
 
 from dedup import BloomConfig, DedupConfig, RedisCatalog, RedisConfig, ShardClaimer
 from dedup.bloom import FilterCache
-from tests.integration.dedup.helpers import query_ids
+from tests.integration.dedup.helpers import driver_catalog, query_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -94,13 +94,13 @@ def test_a_setting_changed_mid_batch_keeps_the_decisions_exact(
     lasting = FilterCache()  # a Python worker that outlives the restart
     old = ShardClaimer(before, RedisCatalog(before), lasting)
     kept0 = _claim(old, query, 0, batches[0])
-    RedisCatalog(before).commit_progress(query, 0)
+    driver_catalog(before).commit_progress(query, 0)
     half = _claim(ShardClaimer(before, RedisCatalog(before), FilterCache()), query, 1,
                   batches[1], shards=(0,))  # shard 0 claimed, then the query died
     RedisCatalog(before).release(query)
 
     # The restart, with the setting changed: the lasting worker and a new one.
-    catalog = RedisCatalog(after)
+    catalog = driver_catalog(after)
     catalog.check_setup()
     kept_by = [ShardClaimer(after, catalog, lasting), ShardClaimer(after, catalog, FilterCache())]
     retried = _claim(kept_by[1], query, 1, batches[1], shards=(0,))
@@ -162,7 +162,7 @@ def test_a_setting_that_decides_late_records_changed_mid_batch_is_refused_naming
     assert f"retention {name}" in message and "restore" in message, message
     assert "make the source replayable" not in message, message
     assert decide(before, "1")[STATUS].tolist() == first  # restored: the same decision
-    RedisCatalog(before).commit_progress(query, 1)
+    driver_catalog(before).commit_progress(query, 1)
     later = decide(after, "2", np.array(["a", "b", "d"], dtype=object))[STATUS].tolist()
     assert later[0] != KEPT and later[2] == KEPT  # a seen; d new
     assert later[1] == KEPT  # b is not dropped as late any more: claimed now, once
@@ -205,5 +205,5 @@ def test_invalid_ids_changed_mid_batch_keeps_the_decisions_exact(
             decide(fail, "1")
         # its advice: the invalid row filtered out; the valid rows replay their decision
         assert decide(fail, "1", np.array(["a", "b"], dtype=object)) == [KEPT, KEPT]
-    RedisCatalog(second).commit_progress(query, 1)
+    driver_catalog(second).commit_progress(query, 1)
     assert decide(second, "2", np.array(["a", "c"], dtype=object)) == [DUP_CATALOG, KEPT]
