@@ -413,16 +413,24 @@ class RedisCatalog:
         client, scripts = client_and_scripts(self.config.redis)
 
         app = self.config.app_id
-        self._acknowledged(None, queries_key(app), [query_id, committed_batch],
-                           f"the committed batch {committed_batch} of streaming query "
-                           f"{query_id}")
+        recorded = self._acknowledged(
+            "progress", queries_key(app), [query_id, committed_batch],
+            f"the committed batch {committed_batch} of streaming query {query_id}",
+            also=[meta_key(app)])
+        if not int(recorded):
+            log.warning("the Redis at %s has no catalog for app id %r: the committed batch "
+                        "%s of streaming query %s is not recorded (a late event of a "
+                        "stopped query reaching a flushed or replaced Redis)",
+                        redact_url(self.config.redis.url), app, committed_batch, query_id)
         calls = self._gc_calls(scripts, query_id, committed_batch)
         with redis_errors(self.config.redis, "collecting decisions"):
             return sum(int(x) for x in _pipelined(client, calls))
 
-    def _acknowledged(self, script: str | None, key: str, args: list[Any], what: str) -> Any:
-        """Run ``script`` on ``key`` (None: ``HSET key *args``) and, when claims wait
-        for replicas, ``WAIT`` for them on the primary of ``key``; the script's reply.
+    def _acknowledged(self, script: str | None, key: str, args: list[Any], what: str,
+                      also: Sequence[str] = ()) -> Any:
+        """Run ``script`` on ``key`` and the keys ``also`` of its slot (None: ``HSET key
+        *args``) and, when claims wait for replicas, ``WAIT`` for them on the primary
+        of ``key``; the script's reply.
 
         A query's records hash to slots of their own ({query}, {app}): on a Redis
         Cluster often another primary than the claimed shard's, whose ``WAIT`` does not
@@ -438,7 +446,7 @@ class RedisCatalog:
             if script is None:
                 pipe.hset(key, *args)
             else:
-                scripts[script](keys=[key], args=args, client=pipe)
+                scripts[script](keys=[key, *also], args=args, client=pipe)
             if required:
                 pipe.set(slot_ack_key(key), what, px=60_000)
                 pipe.wait(required, int(cfg.redis.replica_timeout * 1000))

@@ -21,7 +21,7 @@ from dedup.exceptions import CatalogStateError, CatalogUnavailableError, DedupEr
 from dedup.redis_nodes import client_for_key, refresh_topology
 
 SCRIPTS = ("claim", "snapshot", "gc", "lease", "fence", "contains", "import", "join",
-           "sink_lease", "sink_join")
+           "progress", "sink_lease", "sink_join")
 """The scripts registered on every client, each ``dedup/lua/<name>.lua``: the catalog's,
 and the sink's (``sink_*``: its output's lease and the outputs of a query)."""
 _ID_STORE_SCRIPTS = ("claim", "snapshot", "contains", "import")

@@ -32,9 +32,6 @@ def _forget(url: str, *tags: str) -> None:
             client.delete(key)
 
 
-@pytest.mark.xfail(strict=False, reason="known finding: a stopped query's late progress "
-                   "event (commit_progress) records it again in a flushed Redis, so the "
-                   "lost catalog is not refused and duplicates pass")
 def test_a_late_progress_event_does_not_make_a_flushed_redis_know_the_query(
         redis_url: str) -> None:
     app, query = f"lost-{uuid.uuid4().hex[:10]}", f"q-{uuid.uuid4().hex[:10]}"
