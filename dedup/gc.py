@@ -65,7 +65,9 @@ class DecisionGcListener(StreamingQueryListener):
         ``foreachBatch``, where nothing is observed): renewed on its idle events,
         released when it terminates. Safe to repeat."""
         with self._lock:
-            self._catalogs.setdefault(metric_name, catalog)
+            # the newest config wins, as in watch: a query restarted against another
+            # Redis (a failover) releases its lease where it runs now
+            self._catalogs[metric_name] = catalog
             self._owners.setdefault(query_id, set()).add(metric_name)
 
     def watch(self, metric_name: str, catalog: RedisCatalog) -> None:

@@ -3,25 +3,20 @@ lease there when it stops (found by the operator-sequence explorer, issue 33 ite
 
 ``DecisionGcListener.hold`` keeps the first catalog it was given for an app id
 (``setdefault``), where ``watch`` (the two-step form) keeps the newest: a one-pass
-query that ran against Redis A, failed over to B and was stopped cleanly releases its
-lease on A (unreachable) and leaves it held on B, so a reset checkpoint on B is
-refused with ``AppIdInUseError`` until the lease lapses (a false refusal: nothing is
-lost, the docs say a reset after a clean stop works).
+query that ran against Redis A, failed over to B and was stopped cleanly released its
+lease on A (unreachable) and left it held on B, so a reset checkpoint on B was
+refused with ``AppIdInUseError`` until the lease lapsed (a false refusal: nothing
+lost, the docs say a reset after a clean stop works). Now the newest catalog wins.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from dedup.gc import DecisionGcListener
 from tests.unit.dedup.test_gc_listener import RecordingCatalog
 
 
-@pytest.mark.xfail(strict=False, reason="known finding: DecisionGcListener.hold keeps the "
-                   "first catalog of an app id, so a one-pass query stopped after a Redis "
-                   "failover releases its lease on the old Redis only")
 def test_a_one_pass_query_releases_its_lease_on_the_redis_it_runs_on_now() -> None:
     before, after = RecordingCatalog(), RecordingCatalog()
     listener = DecisionGcListener()
