@@ -70,14 +70,21 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int = 1,
 
 
 def consume_all(bootstrap: str, topic: str, isolation_level: str = "read_committed",
-                idle_timeout: float = 3.0, max_wait: float = 60.0,
+                idle_timeout: float = 30.0, max_wait: float | None = None,
                 client_config: dict[str, Any] | None = None) -> list[ConsumedRecord]:
     """Read every record of ``topic`` from the beginning up to its end.
 
-    Stops when every partition reached the end offset it had when the read
-    started (for ``read_committed``, the last stable offset) and no record
-    arrived for ``idle_timeout`` seconds, or after ``max_wait``. No group
-    offsets are committed. Safe to repeat.
+    Returns once every partition reported its end (for ``read_committed``, its last
+    stable offset) and no record arrived for half a second. No group offsets are
+    committed. Safe to repeat.
+
+    Raises
+    ------
+    KafkaUnavailableError
+        The read did not reach the end of every partition: no record arrived for
+        ``idle_timeout`` seconds, or ``max_wait`` seconds passed (None: no limit while
+        records keep arriving). Never a part of the topic returned as the whole: a
+        verifier would count the records not reached as lost.
     """
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
@@ -96,16 +103,22 @@ def consume_all(bootstrap: str, topic: str, isolation_level: str = "read_committ
         partitions = sorted(metadata.topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         at_eof: set[int] = set()
-        deadline = time.monotonic() + max_wait
-        last_progress = time.monotonic()
-        while time.monotonic() < deadline:
+        started = last_progress = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if len(at_eof) == len(partitions) and now - last_progress > 0.5:
+                return records
+            stalled = now - last_progress > idle_timeout
+            if stalled or (max_wait is not None and now - started > max_wait):
+                behind = sorted(set(partitions) - at_eof)
+                why = (f"no record for {idle_timeout:g} s" if stalled
+                       else f"the limit of {max_wait:g} s passed")
+                raise KafkaUnavailableError(
+                    f"reading topic {topic!r}: partitions {behind} not read to the end "
+                    f"({why}, {len(records)} records read): the topic was not verified; "
+                    "check that its brokers are up, then read it again")
             msg = consumer.poll(0.2)
             if msg is None:
-                if len(at_eof) == len(partitions) and \
-                        time.monotonic() - last_progress > min(idle_timeout, 0.5):
-                    break
-                if time.monotonic() - last_progress > idle_timeout:
-                    break
                 continue
             error = msg.error()
             if error is not None:
@@ -123,7 +136,6 @@ def consume_all(bootstrap: str, topic: str, isolation_level: str = "read_committ
             ))
     finally:
         consumer.close()
-    return records
 
 
 def _as_bytes(data: str | bytes | None) -> bytes | None:

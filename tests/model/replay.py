@@ -742,7 +742,7 @@ def compare(replay: Replay) -> Comparison:
     ids = {setup.real_id(i).encode(): i for i in {r[0] for b in replay.walk.inst.batches
                                                   for r in b}}
     real: Counter[tuple[str, Any]] = Counter()
-    for record in consume_all(setup.bootstrap, setup.topic, "read_committed", idle_timeout=1.0):
+    for record in consume_all(setup.bootstrap, setup.topic, "read_committed"):
         rid = record.header(RECORD_ID_HEADER) or b""
         value = (record.value or b"").decode()
         real[(ids.get(rid, rid.decode()), int(value[1:]) if value[1:].isdigit() else value)] += 1

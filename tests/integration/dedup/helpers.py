@@ -135,8 +135,8 @@ def assert_dead_letter_split(bootstrap: str, out: str, dead: str) -> None:
     from dedup.constants import RECORD_ID_HEADER
     from sinks.kafka_io import consume_all
 
-    good = consume_all(bootstrap, out, "read_committed", idle_timeout=2.0)
-    bad = consume_all(bootstrap, dead, "read_committed", idle_timeout=2.0)
+    good = consume_all(bootstrap, out, "read_committed")
+    bad = consume_all(bootstrap, dead, "read_committed")
     assert sorted((r.header(RECORD_ID_HEADER) or b"", r.value or b"") for r in good) == [
         (b"a", b"1"), (b"d", b"6")]
     assert sorted(r.value or b"" for r in bad) == [b"2", b"3", b"5"]

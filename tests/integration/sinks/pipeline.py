@@ -203,7 +203,7 @@ def dies_after_commit(sink: Any, batch: int) -> Any:
 
 def read_output(bootstrap: str, topic: str, isolation: str = "read_committed"
                 ) -> list[ConsumedRecord]:
-    return consume_all(bootstrap, topic, isolation, idle_timeout=2.0)
+    return consume_all(bootstrap, topic, isolation)
 
 
 def check_exact(bootstrap: str, topic: str, expected: dict[str, bytes]) -> VerificationReport:

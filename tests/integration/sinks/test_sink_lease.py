@@ -53,7 +53,7 @@ def _sink(bootstrap: str, redis_url: str, app_id: str, **options: str) -> SinkCo
 
 def _output_ids(bootstrap: str, topic: str) -> list[str]:
     return [(r.header(RECORD_ID_HEADER) or b"").decode()
-            for r in consume_all(bootstrap, topic, "read_committed", idle_timeout=1.5)]
+            for r in consume_all(bootstrap, topic, "read_committed")]
 
 
 def test_a_second_query_on_one_output_is_refused_while_the_first_holds_it(

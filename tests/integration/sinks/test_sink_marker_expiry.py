@@ -63,7 +63,7 @@ def test_a_batch_retried_after_its_kafka_marker_expired_is_not_produced_again(
     _expire_markers(kafka_bootstrap, config.marker_group(0))
     retry = write_partition(config, _records(topic, 1), "query-1", 1, 0)
     ids = [(r.header(RECORD_ID_HEADER) or b"").decode()
-           for r in consume_all(kafka_bootstrap, topic, "read_committed", idle_timeout=1.5)]
+           for r in consume_all(kafka_bootstrap, topic, "read_committed")]
     assert len(ids) == len(set(ids)) == 40, f"{len(ids) - len(set(ids))} records duplicated"
     assert retry.skipped
 
@@ -84,7 +84,7 @@ def test_an_old_commit_intent_without_a_marker_is_refused(kafka_bootstrap: str,
     retry = write_partition(config, _records(topic, 1), "query-1", 1, 0)
     assert not retry.skipped and retry.produced == 20
     ids = [(r.header(RECORD_ID_HEADER) or b"").decode()
-           for r in consume_all(kafka_bootstrap, topic, "read_committed", idle_timeout=1.5)]
+           for r in consume_all(kafka_bootstrap, topic, "read_committed")]
     assert len(ids) == len(set(ids)) == 40
     # Only records without an ID (dead letters) leave it undecidable: refused.
     store.record_intent("query-1", 2, 0)
@@ -98,14 +98,12 @@ def test_an_old_commit_intent_without_a_marker_is_refused(kafka_bootstrap: str,
     # output) writes it, once.
     assert "check the output topic for records of this batch, then resume with a new " \
         "query id" in str(refusal.value)
-    values = [r.value for r in consume_all(kafka_bootstrap, topic, "read_committed",
-                                           idle_timeout=1.5)]
+    values = [r.value for r in consume_all(kafka_bootstrap, topic, "read_committed")]
     assert not [v for v in values if v.startswith(b"v2-")], "batch 2 is in the output"
     store.release_lease("query-1")
     resumed = write_partition(config, nameless, "query-2", 2, 0)
     assert not resumed.skipped and resumed.produced == 20
-    values = [r.value for r in consume_all(kafka_bootstrap, topic, "read_committed",
-                                           idle_timeout=1.5)]
+    values = [r.value for r in consume_all(kafka_bootstrap, topic, "read_committed")]
     assert sorted(v for v in values if v.startswith(b"v2-")) == sorted(
         r.value for r in nameless)
     assert len(values) == 60  # batches 0 and 1 with IDs, batch 2 without, each once
@@ -127,6 +125,6 @@ def test_a_commit_whose_redis_copy_was_never_written_is_found_in_the_output(
     _expire_markers(kafka_bootstrap, config.marker_group(0))
     retry = write_partition(config, _records(topic, 1), "query-1", 1, 0)
     ids = [(r.header(RECORD_ID_HEADER) or b"").decode()
-           for r in consume_all(kafka_bootstrap, topic, "read_committed", idle_timeout=1.5)]
+           for r in consume_all(kafka_bootstrap, topic, "read_committed")]
     assert len(ids) - len(set(ids)) == 0, f"{len(ids) - len(set(ids))} records duplicated"
     assert len(ids) == 40 and retry.skipped

@@ -87,7 +87,7 @@ def _options(app_id: str, kafka: str, redis_url: str, faults: str, tmp: Path,
 
 def _output_ids(kafka: str, topic: str) -> Counter[str]:
     return Counter((r.header(RECORD_ID_HEADER) or b"").decode()
-                   for r in consume_all(kafka, topic, "read_committed", idle_timeout=1.5))
+                   for r in consume_all(kafka, topic, "read_committed"))
 
 
 @pytest.mark.parametrize(("name", "direction"), CASES, ids=[f"{n}-{d}" for n, d in CASES])

@@ -61,14 +61,13 @@ def test_a_record_without_an_id_is_refused_and_a_dead_letter_topic_as_told_is_ex
     with pytest.raises(SinkRecordError, match=r"set option dead\.letter\.topic") as refusal:
         write_batches(plain, layout, COLUMNS, [_batch(rows)], "query-1", 0, 0)
     assert "fix the input or set option dead.letter.topic" in str(refusal.value)
-    assert consume_all(kafka_bootstrap, out, "read_uncommitted", idle_timeout=1.0) == []
+    assert consume_all(kafka_bootstrap, out, "read_uncommitted") == []
     told = SinkConfig.from_options({**options, "dead.letter.topic": dead})
     written = write_batches(told, check_schema(SCHEMA, told), COLUMNS, [_batch(rows)],
                             "query-1", 0, 0)
     assert written.produced == 11
     ids = Counter((r.header(RECORD_ID_HEADER) or b"").decode()
-                  for r in consume_all(kafka_bootstrap, out, "read_committed",
-                                       idle_timeout=1.5))
+                  for r in consume_all(kafka_bootstrap, out, "read_committed"))
     assert ids == Counter(f"id-{i}" for i in range(10)), ids
-    letters = consume_all(kafka_bootstrap, dead, "read_committed", idle_timeout=1.5)
+    letters = consume_all(kafka_bootstrap, dead, "read_committed")
     assert [r.value for r in letters] == [b"v-x"]

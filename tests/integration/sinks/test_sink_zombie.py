@@ -31,7 +31,7 @@ def _records(topic: str, batch: int, n: int = 20) -> list[OutRecord]:
 
 def _ids(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[str]:
     return [(r.header(RECORD_ID_HEADER) or b"").decode()
-            for r in consume_all(bootstrap, topic, isolation, idle_timeout=1.5)]
+            for r in consume_all(bootstrap, topic, isolation)]
 
 
 def _config(bootstrap: str, app_id: str, topic: str) -> SinkConfig:
