@@ -110,7 +110,7 @@ class ShardClaimer:
         if self.config.bloom.enabled:
             bf = self.filters.get(self.config.app_id, shard)
             if bf is None:
-                bf = self._rebuild(shard, now, self.config.bloom.capacity)
+                bf = self._rebuild(shard, now)
                 round_trips += 1
         keys = np.empty(len(ids), dtype=object)
         keys[:] = id_digests(ids.tolist() if isinstance(ids, np.ndarray) else ids)
@@ -172,7 +172,7 @@ class ShardClaimer:
             bf.add_all(reply.catch_up)
             bf.retag(reply.epoch, reply.version, reply.token)
             return bf, 0
-        return self._rebuild(shard, now, bf.capacity * 2), 1
+        return self._rebuild(shard, now, extra=claiming), 1
 
     def _update_filter(self, bf: ShardFilter, shard: int, reply: ClaimReply,
                        now: float, kept: list[bytes], kept_positions: np.ndarray | None) -> int:
@@ -186,16 +186,23 @@ class ShardClaimer:
                     bf.add_all(kept)
                 bf.retag(reply.epoch, reply.version, reply.token)
                 return 0
-            self._rebuild(shard, now, bf.capacity * 2)
+            self._rebuild(shard, now)
             return 1
         # The filter missed claims it can no longer catch up with (other epoch,
         # journal trimmed): it is stale, rebuild it from the catalog.
-        self._rebuild(shard, now, bf.capacity)
+        self._rebuild(shard, now)
         return 1
 
-    def _rebuild(self, shard: int, now: float, capacity: int) -> ShardFilter:
+    def _rebuild(self, shard: int, now: float, extra: int = 0) -> ShardFilter:
+        """A new filter of ``shard`` from the catalog's snapshot, with room for as many
+        IDs again as the catalog holds (and ``extra`` about to be claimed), never
+        below the configured capacity. Sized by what the catalog still holds, not by
+        the full filter: past the retention horizon the catalog stays flat while a
+        filter doubled on every fill would grow with every ID ever claimed
+        (``tests/integration/dedup/test_filter_growth.py``). Amortised: a rebuild
+        reads the live IDs, and the next one comes after as many new IDs."""
         snap = self.catalog.snapshot(shard, now)
-        capacity = max(capacity, 2 * len(snap.ids), 1)
+        capacity = max(self.config.bloom.capacity, 2 * (len(snap.ids) + extra), 1)
         bf = ShardFilter(capacity, self.config.bloom.error_rate, snap.epoch, snap.version,
                          snap.token)
         bf.add_all(snap.ids)

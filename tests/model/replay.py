@@ -255,9 +255,9 @@ def install(monkeypatch: Any) -> None:
     monkeypatch.setattr(catalog.RedisCatalog, "_fence", paused_fence)
     rebuild = claim.ShardClaimer._rebuild
 
-    def paused_rebuild(self: Any, shard: int, now: float, capacity: int) -> Any:
+    def paused_rebuild(self: Any, shard: int, now: float, extra: int = 0) -> Any:
         missing = self.filters.get(self.config.app_id, shard) is None
-        bf = rebuild(self, shard, now, capacity)
+        bf = rebuild(self, shard, now, extra)
         if missing:  # the model's rebuild step; a stale filter's rebuild is in the claim
             pause("rebuild")
         return bf
