@@ -322,6 +322,51 @@ def check_dedup_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) ->
         f"dedup.enabled = true until batch {batch} is committed (run once), then turn it off")
 
 
+def check_sink_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
+    """Refuse a sink other than Kafka (``sink.type = "console"``) on a checkpoint whose
+    query left a batch unfinished that its Kafka sink had begun: the new sink would take
+    the replayed batch, Spark would record it done, and the Kafka partitions not yet
+    committed would never reach the topic the batch began in (found by
+    tests/integration/cli/test_pipeline_key_changes.py: 37 records of the batch lost from
+    the topic, no error). After a clean stop the sink may change. Read-only; not checked
+    without a Redis (a Kafka sink always has one)."""
+    if pipeline.table("sink")["type"] == "kafka" or not redis_url:
+        return
+    batch = unfinished_batch(checkpoint)
+    if batch is None:
+        return
+    from pathlib import Path
+
+    from dedup.exceptions import SettingChangedError
+    from dedup.keys import query_outputs_key
+    from dedup.redis_client import connect
+
+    root = checkpoint.removeprefix("file://").removeprefix("file:")
+    try:
+        query_id = str(json.loads((Path(root) / "metadata").read_text().splitlines()[0])["id"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return
+    fixed = str(pipeline.table("sink")["options"].get("query.id") or query_id)
+    client = connect(dedup_config(pipeline, redis_url).redis)[0]
+    for query in dict.fromkeys((query_id, fixed)):
+        # output -> "<batch it began>:<run id>:<topic>:<cluster id>" (sink_join.lua)
+        for output, value in client.hgetall(query_outputs_key(query)).items():
+            began, _, rest = (value.decode() if isinstance(value, bytes) else str(value)
+                              ).partition(":")
+            if not began.isdigit() or int(began) < batch:
+                continue
+            topic = rest.partition(":")[2].partition(":")[0]
+            name = output.decode() if isinstance(output, bytes) else str(output)
+            raise SettingChangedError(
+                f"sink.type is {pipeline.table('sink')['type']!r}, but checkpoint "
+                f"{checkpoint} holds streaming query {query}, whose Kafka sink output "
+                f"{name!r} began batch {batch} (topic {topic!r}) and left it partly "
+                f"committed: the {pipeline.table('sink')['type']} sink would take the "
+                "replayed batch and its Kafka partitions not yet committed would never "
+                f"reach that topic. Restart once with sink.type = \"kafka\" until batch "
+                f"{batch} is committed (run once), then change it")
+
+
 def check_catalog_knows(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
     """Refuse to resume a checkpoint with committed batches against a Redis that has no
     record of its query (another URL, a replaced or flushed Redis): the IDs claimed so
@@ -359,8 +404,8 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
 
     Refused (:class:`~dedup.exceptions.SettingChangedError`) when the checkpoint has
     committed batches that the Redis has no record of (:func:`check_catalog_knows`),
-    or when the dedup step is turned off with a batch unfinished
-    (:func:`check_dedup_kept`).
+    or when the dedup step is turned off (:func:`check_dedup_kept`) or the Kafka sink
+    replaced (:func:`check_sink_kept`) with a batch unfinished.
     ``transform`` is user code between the dedup step and the sink (the chaos
     runner's non-deterministic step); the pipeline file has none. A
     ``watcher`` of the query is given the one-pass step's counts, which
@@ -368,6 +413,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     """
     check_catalog_knows(pipeline, addresses.redis_url, checkpoint)
     check_dedup_kept(pipeline, addresses.redis_url, checkpoint)
+    check_sink_kept(pipeline, addresses.redis_url, checkpoint)
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
     dead_letter = any(str(k).lower() == "dead.letter.topic" for k in sink["options"])
