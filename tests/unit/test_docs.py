@@ -62,7 +62,10 @@ OWN_PAGES = [p for p in (README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").
 PAGES = OWN_PAGES + sorted((ROOT / "benchmarks" / "results").glob("*.md"))
 # The two commands CI (.ci/run) and the hooks find in README, as fenced blocks.
 COMMANDS = ("bash dedup/local/setup.sh && .venv/bin/dedup demo",
-            "bash dedup/local/setup.sh && .venv/bin/python -m pytest")
+            "bash dedup/local/setup.sh && "
+            '.venv/bin/python -m pytest -m "not chaos and not cluster"',
+            '.venv/bin/python -m pytest -m "chaos or cluster" && '
+            ".venv/bin/python -m pytest -p no:cacheprovider tests/integration/connect")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 FOLDERS = ("dedup", "sinks", "sources", "benchmarks", "tests", "docs", ".ci")
 
