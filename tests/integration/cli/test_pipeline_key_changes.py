@@ -40,6 +40,11 @@ MORE = 60
 def _pipeline(app_id: str, topics: Topics, **changed: str) -> Any:
     """The pipeline file: each table's lines, a key changed by ``table__key=value``
     (the value as TOML writes it; "" leaves the key out)."""
+    return parse_pipeline(_pipeline_text(app_id, topics, **changed))
+
+
+def _pipeline_text(app_id: str, topics: Topics, **changed: str) -> str:
+    """The text of :func:`_pipeline` (for a ``dedup run`` of its own)."""
     tables: dict[str, dict[str, str]] = {
         "source": {"type": '"kafka"', "topics": f'["{topics.source}"]',
                    "max_offsets_per_trigger": "150"},
@@ -54,7 +59,7 @@ def _pipeline(app_id: str, topics: Topics, **changed: str) -> Any:
     text = f'app_id = "{app_id}"\n'
     for table, keys in tables.items():
         text += f"[{table}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items() if v)
-    return parse_pipeline(text)
+    return text
 
 
 def _run(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: str,
@@ -469,3 +474,136 @@ def test_the_sink_type_changed_mid_batch_is_refused_until_the_batch_is_committed
     written = len(read_output(kafka_bootstrap, f"{app_id}-out"))
     assert not run(sink__type='"console"')  # then the console
     assert len(read_output(kafka_bootstrap, f"{app_id}-out")) == written
+
+
+def test_the_master_and_the_source_address_changed_mid_batch_keep_the_output_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str, tmp_path: Any) -> None:
+    """``[run] master`` and ``[source] bootstrap_servers`` changed while a batch is partly
+    committed: the batch was begun by the test session (master ``local[2,4]``, the
+    source reached as ``127.0.0.1:<port>``); ``dedup run`` finishes it in a process of
+    its own under ``local[1]``, reaching the same broker as ``localhost:<port>``, with
+    more input (re-sent copies included). Neither decides where a record goes: the
+    recorded partition count, the sink's transactional ids and the checkpoint's offsets
+    do. Another Kafka cluster behind the source address is not tested."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.integration.cli.jars import jar_env
+
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=RECORDS, duplicates=30)
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    assert host == "127.0.0.1", kafka_bootstrap  # the other spelling below is localhost
+    _partial_batch(spark, _pipeline(app_id, topics),
+                   Addresses(redis_url, kafka_bootstrap, kafka_bootstrap), tmp_checkpoint,
+                   str(tmp_path / "f"))
+    assert check_exact(kafka_bootstrap, topics.out, expected).lost > 0
+    _more_input(kafka_bootstrap, topics.source, expected)
+    config = tmp_path / "pipeline.toml"
+    config.write_text(_pipeline_text(
+        app_id, topics, run__master='"local[1]"', run__stop_after_idle_seconds="3",
+        source__bootstrap_servers=f'"localhost:{port}"',
+        sink__bootstrap_servers=f'"{kafka_bootstrap}"'))
+    env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
+    env.pop("DEDUP_FAIL_POINT_DIR", None)
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("dedup")), "run", str(config), "--redis-url",
+         redis_url, "--checkpoint", tmp_checkpoint, "--quiet"],
+        capture_output=True, text=True, timeout=400, env=env, check=False)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    final = check_exact(kafka_bootstrap, topics.out, expected)
+    assert final.ok and final.open_transactions == 0, final.summary()
+
+
+FILE_SCHEMA = '"id string, value string"'
+
+
+def _files_pipeline(app_id: str, out: str, path: Any, **changed: str) -> Any:
+    """A files source (the default record IDs: a hash of every column) into ``out``."""
+    source = {"type": '"files"', "path": f'"{path}"', "format": '"json"',
+              "schema": FILE_SCHEMA, "max_files_per_trigger": "2", **changed}
+    return parse_pipeline(
+        f'app_id = "{app_id}"\n[source]\n'
+        + "".join(f"{k} = {v}\n" for k, v in source.items())
+        + f'[dedup]\nnum_shards = 8\n[sink]\ntopic = "{out}"\nvalue_column = "value"\n'
+        '[run]\ntrigger_seconds = 0\n')
+
+
+def _write_files(folder: Any, first: int, files: int, expected: dict[str, bytes],
+                 copies: int = 0) -> None:
+    """``files`` JSON-lines files of 25 new records each from record ``first`` on (the
+    last one also with ``copies`` copies of records 0.. of the first files), written
+    elsewhere and renamed in, as a file source needs; ``expected`` gets the new
+    records under the ID the files source gives them (sha-256 of the row's JSON)."""
+    import hashlib
+    import json
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        rows = [{"id": f"id-{i:05d}", "value": f"value-{i}"}
+                for i in range(first + 25 * f, first + 25 * (f + 1))]
+        if f == files - 1:
+            rows += [{"id": f"id-{i:05d}", "value": f"value-{i}"} for i in range(copies)]
+        for row in rows:
+            text = json.dumps(row, separators=(",", ":"))
+            expected.setdefault(hashlib.sha256(text.encode()).hexdigest()[:32],
+                                row["value"].encode())
+        name = f"part-{first + 25 * f:05d}.json"
+        staged = folder.parent / f".{folder.name}-{name}"
+        staged.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(staged, folder / name)
+
+
+@pytest.mark.parametrize("kind", ["same-rows", "other-rows"])
+def test_files_source_keys_changed_mid_batch(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str, tmp_path: Any, kind: str) -> None:
+    """The files source's keys changed while a batch is partly committed. Same rows:
+    ``path`` moved to a folder holding copies of the old files, and
+    ``max_files_per_trigger`` 2 -> 1: Spark refuses the start (at every start its file
+    source reads the last planned batch's files again, by the names in its log, and
+    they are not under the new path: "Wrong basePath"), writing nothing; the old path
+    kept and ``max_files_per_trigger`` changed alone mid-batch is exact. Other rows:
+    ``format`` json -> csv and ``schema`` (``value`` an int) make the replayed batch's
+    rows other records with other IDs, refused at the first claim ("make the source
+    replayable"); as it says, the old keys until the batch is committed, with more
+    input, is exact."""
+    import shutil
+
+    from sinks.kafka_io import ensure_topic
+
+    out = f"{app_id}-out"
+    ensure_topic(kafka_bootstrap, out, 2)
+    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    old, expected = tmp_path / "in", {}
+    _write_files(old, 0, 6, expected, copies=10)
+    before = _files_pipeline(app_id, out, old)
+    _partial_batch(spark, before, addresses, tmp_checkpoint, str(tmp_path / "f"))
+    partial = check_exact(kafka_bootstrap, out, expected)
+    assert partial.lost > 0 and (partial.duplicated, partial.phantoms) == (0, 0), \
+        partial.summary()
+    if kind == "same-rows":
+        moved = tmp_path / "moved"
+        shutil.copytree(old, moved)
+        error = _run(spark, _files_pipeline(app_id, out, moved, max_files_per_trigger="1"),
+                     addresses, tmp_checkpoint)
+        # Spark's own refusal: at every start its file source reads the last planned
+        # batch's files again, named in its log, and they are not under the new path
+        assert "Wrong basePath" in error, f"not refused: {error!r}"
+        # the old path kept, max_files_per_trigger changed alone mid-batch
+        after = _files_pipeline(app_id, out, old, max_files_per_trigger="1")
+    else:
+        error = _run(spark, _files_pipeline(app_id, out, old, format='"csv"',
+                                            schema='"id string, value int"'),
+                     addresses, tmp_checkpoint)
+        assert "was recorded for other IDs" in error and "make the source replayable" \
+            in error, f"not refused: {error!r}"
+        after = before  # the advice: the old keys until the batch is committed
+    assert check_exact(kafka_bootstrap, out, expected).observed == partial.observed
+    _write_files(old, 150, 2, expected, copies=30)  # more input, copies included
+    assert not _run(spark, after, addresses, tmp_checkpoint)
+    final = check_exact(kafka_bootstrap, out, expected)
+    assert final.ok and final.open_transactions == 0, f"{kind}: {final.summary()}"
