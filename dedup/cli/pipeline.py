@@ -367,6 +367,43 @@ def check_sink_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> 
                 f"{batch} is committed (run once), then change it")
 
 
+def check_source_path_kept(pipeline: PipelineFile, checkpoint: str) -> None:
+    """Refuse a files source whose ``path`` no longer holds the files its checkpoint's
+    last batch read: Spark reads them again at every start, by the names in its log,
+    and fails with a bare "Wrong basePath" (found by
+    tests/integration/cli/test_pipeline_key_changes.py). Not checked for a glob or a
+    checkpoint off the local file system. Read-only."""
+    from pathlib import Path
+
+    from dedup.exceptions import SettingChangedError
+
+    src = pipeline.table("source")
+    path = str(src["path"])
+    if src["type"] != "files" or not path or any(c in path for c in "*?[{"):
+        return
+    if "://" in checkpoint and not checkpoint.startswith("file:"):
+        return
+    log = Path(checkpoint.removeprefix("file://").removeprefix("file:")) / "sources" / "0"
+    try:
+        batches = {int(p.name.split(".")[0]): p for p in log.iterdir()
+                   if p.name.split(".")[0].isdigit()}
+        lines = batches[max(batches)].read_text().splitlines()[1:] if batches else []
+        files = [str(json.loads(line)["path"]) for line in lines if line.strip()]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no log yet (or not a file source's): nothing to compare with
+    root = Path(path.removeprefix("file://").removeprefix("file:")).resolve()
+    for file in files:
+        local = Path(file.removeprefix("file://").removeprefix("file:")).resolve()
+        if root != local and root not in local.parents:
+            raise SettingChangedError(
+                f"source.path is {path!r}, but checkpoint {checkpoint} holds a file source "
+                f"whose last batch read {file}, which Spark reads again at every start and "
+                f"would not find under that path (it fails with 'Wrong basePath'): restore "
+                f"source.path {str(local.parent)!r} (or a folder that holds it) for as long "
+                "as this checkpoint is kept, or start with a new checkpoint (the catalog "
+                "then drops the records read again)")
+
+
 def check_catalog_knows(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
     """Refuse to resume a checkpoint with committed batches against a Redis that has no
     record of its query (another URL, a replaced or flushed Redis): the IDs claimed so
@@ -405,7 +442,8 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     Refused (:class:`~dedup.exceptions.SettingChangedError`) when the checkpoint has
     committed batches that the Redis has no record of (:func:`check_catalog_knows`),
     or when the dedup step is turned off (:func:`check_dedup_kept`) or the Kafka sink
-    replaced (:func:`check_sink_kept`) with a batch unfinished.
+    replaced (:func:`check_sink_kept`) with a batch unfinished, or when a files
+    source's path no longer holds its last batch's files (:func:`check_source_path_kept`).
     ``transform`` is user code between the dedup step and the sink (the chaos
     runner's non-deterministic step); the pipeline file has none. A
     ``watcher`` of the query is given the one-pass step's counts, which
@@ -414,6 +452,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     check_catalog_knows(pipeline, addresses.redis_url, checkpoint)
     check_dedup_kept(pipeline, addresses.redis_url, checkpoint)
     check_sink_kept(pipeline, addresses.redis_url, checkpoint)
+    check_source_path_kept(pipeline, checkpoint)
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
     dead_letter = any(str(k).lower() == "dead.letter.topic" for k in sink["options"])

@@ -563,10 +563,11 @@ def test_files_source_keys_changed_mid_batch(
         tmp_checkpoint: str, tmp_path: Any, kind: str) -> None:
     """The files source's keys changed while a batch is partly committed. Same rows:
     ``path`` moved to a folder holding copies of the old files, and
-    ``max_files_per_trigger`` 2 -> 1: Spark refuses the start (at every start its file
+    ``max_files_per_trigger`` 2 -> 1: refused at start (at every start Spark's file
     source reads the last planned batch's files again, by the names in its log, and
-    they are not under the new path: "Wrong basePath"), writing nothing; the old path
-    kept and ``max_files_per_trigger`` changed alone mid-batch is exact. Other rows:
+    they are not under the new path: Spark's own error says only "Wrong basePath"),
+    writing nothing; as the refusal says, the old path restored (and
+    ``max_files_per_trigger`` changed alone mid-batch) is exact. Other rows:
     ``format`` json -> csv and ``schema`` (``value`` an int) make the replayed batch's
     rows other records with other IDs, refused at the first claim ("make the source
     replayable"); as it says, the old keys until the batch is committed, with more
@@ -590,10 +591,11 @@ def test_files_source_keys_changed_mid_batch(
         shutil.copytree(old, moved)
         error = _run(spark, _files_pipeline(app_id, out, moved, max_files_per_trigger="1"),
                      addresses, tmp_checkpoint)
-        # Spark's own refusal: at every start its file source reads the last planned
-        # batch's files again, named in its log, and they are not under the new path
-        assert "Wrong basePath" in error, f"not refused: {error!r}"
-        # the old path kept, max_files_per_trigger changed alone mid-batch
+        # at every start Spark's file source reads the last planned batch's files
+        # again, by the names in its log, and they are not under the new path
+        assert "SettingChangedError" in error and f"restore source.path {str(old)!r}" \
+            in error, f"not refused: {error!r}"
+        # the advice (max_files_per_trigger changed alone mid-batch)
         after = _files_pipeline(app_id, out, old, max_files_per_trigger="1")
     else:
         error = _run(spark, _files_pipeline(app_id, out, old, format='"csv"',
