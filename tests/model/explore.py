@@ -8,7 +8,11 @@ Spark's or the operator's recovery) reaches completion; with finitely many
 failures and fair scheduling every batch's output then becomes visible.
 
     python -m tests.model.explore [--bound small|full] [--form F] [--mutant NAME]
-                                  [--all-mutants] [--json PATH]
+                                  [--all-mutants] [--json PATH] [--no-reduction]
+
+By default the search applies the model's partial-order reduction
+(:func:`tests.model.protocol.ample`, docs/model.md "Reduction"); ``--no-reduction``
+(``reduce=False``) expands every enabled step of every state.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from tests.model.protocol import (
     MUTANTS,
     Instance,
     State,
+    ample,
     canonical,
     canonical_order,
     check,
@@ -97,6 +102,9 @@ class Result:
     kind: str = ""
     """'' (none), 'safety' or 'liveness'."""
     truncated: bool = False
+    reduce: bool = True
+    reduced_states: int = 0
+    """States where the reduction explored one step instead of all."""
 
     @property
     def ok(self) -> bool:
@@ -105,8 +113,10 @@ class Result:
     def summary(self) -> str:
         verdict = ("OK" if self.ok else "TRUNCATED" if self.truncated and not self.kind
                    else f"VIOLATION ({self.kind})")
+        por = (f", reduction on ({self.reduced_states:,} states reduced)" if self.reduce
+               else ", reduction off")
         return (f"{self.inst.name}: {verdict}; {self.states:,} states, {self.edges:,} steps, "
-                f"{self.complete_states:,} complete, {self.seconds:.1f} s")
+                f"{self.complete_states:,} complete, {self.seconds:.1f} s{por}")
 
     def report(self) -> str:
         lines = [self.summary()]
@@ -118,8 +128,14 @@ class Result:
 
 
 def explore(inst: Instance, max_states: int = 6_000_000, max_seconds: float = 600.0,
-            liveness: bool = True) -> Result:
+            liveness: bool = True, reduce: bool = True) -> Result:
     """Search every reachable state of ``inst``; stop at the first safety violation.
+
+    ``reduce``: where :func:`tests.model.protocol.ample` names one step that commutes with
+    everything else that can happen before it, expand only that step (partial-order
+    reduction), and renumber producer epochs and fences densely
+    (:func:`tests.model.protocol.renumber`); the verdicts are those of the full search
+    (docs/model.md, "Reduction"). Without it only the workers are renumbered.
 
     Visited states are kept as 64-bit fingerprints (Python's tuple hash, as TLC keeps
     fingerprints); the frontier holds the states themselves. A trace is rebuilt by
@@ -127,8 +143,8 @@ def explore(inst: Instance, max_states: int = 6_000_000, max_seconds: float = 60
     """
     started = time.monotonic()
     expected = expected_outputs(inst)
-    result = Result(inst)
-    init = canonical(initial_state(inst))
+    result = Result(inst, reduce=reduce)
+    init = canonical(initial_state(inst), reduce)
     seen: dict[int, int] = {hash(init): 0}
     parent = array("l", [-1])
     choice = array("l", [-1])
@@ -144,11 +160,17 @@ def explore(inst: Instance, max_states: int = 6_000_000, max_seconds: float = 60
         bad = violations(inst, s, expected)
         if bad:
             result.kind, result.violation = "safety", bad
-            result.trace = _trace(inst, parent, choice, i)
+            result.trace = _trace(inst, parent, choice, i, reduce)
             break
-        for n, (_, kind, nxt) in enumerate(successors(inst, s)):
+        succ = successors(inst, s)
+        pick = ample(inst, s, succ) if reduce else -1
+        if pick >= 0:
+            result.reduced_states += 1
+        for n, (_, kind, nxt) in enumerate(succ):
+            if pick >= 0 and n != pick:
+                continue
             result.edges += 1
-            nxt = canonical(nxt)
+            nxt = canonical(nxt, reduce)
             h = hash(nxt)
             j = seen.get(h)
             if j is None:
@@ -169,8 +191,8 @@ def explore(inst: Instance, max_states: int = 6_000_000, max_seconds: float = 60
         dead = _not_live(starts, targets, goal)
         if dead >= 0:
             result.kind = "liveness"
-            result.trace = _trace(inst, parent, choice, dead)
-            s = _replay(inst, parent, choice, dead)
+            result.trace = _trace(inst, parent, choice, dead, reduce)
+            s = _replay(inst, parent, choice, dead, reduce)
             result.violation = [
                 "no failure-free path from this state reaches completion (every batch in "
                 f"Spark's commit log); Spark committed {max(s.commits)} of "
@@ -189,17 +211,20 @@ def _path(parent: array, choice: array, index: int) -> list[int]:
     return steps[::-1]
 
 
-def _replay(inst: Instance, parent: array, choice: array, index: int) -> State:
-    s = canonical(initial_state(inst))
+def _replay(inst: Instance, parent: array, choice: array, index: int,
+            reduce: bool = True) -> State:
+    s = canonical(initial_state(inst), reduce)
     for n in _path(parent, choice, index):
-        s = canonical(successors(inst, s)[n][2])
+        s = canonical(successors(inst, s)[n][2], reduce)
     return s
 
 
-def _trace(inst: Instance, parent: array, choice: array, index: int) -> list[str]:
+def _trace(inst: Instance, parent: array, choice: array, index: int,
+           reduce: bool = True) -> list[str]:
     """The labels of the path to ``index``, with each worker named as it was first
-    named (the search renumbers workers canonically at every state)."""
-    s, _ = canonical_order(initial_state(inst))
+    named (the search renumbers workers canonically at every state; with ``reduce``
+    producer epochs and fences too, so a trace's epochs and fences are their ranks)."""
+    s, _ = canonical_order(initial_state(inst), reduce)
     physical = list(range(inst.workers))  # canonical index -> the worker's stable name
     labels = []
     for n in _path(parent, choice, index):
@@ -207,7 +232,7 @@ def _trace(inst: Instance, parent: array, choice: array, index: int) -> list[str
         names = list(physical)
         labels.append(re.sub(r"\bon w(\d+)", lambda m, names=names: f"on w{names[int(m[1])]}",
                              label))
-        s, order = canonical_order(nxt)
+        s, order = canonical_order(nxt, reduce)
         physical = [physical[old] for old in order]
     return labels
 
@@ -305,10 +330,12 @@ def find_walk(inst: Instance, want: Callable[[list[str]], bool], inject: tuple[s
 
 
 def run_bound(bound: str, forms: tuple[str, ...] = FORMS, mutant: str = "",
-              max_seconds: float = 600.0, echo: bool = True) -> list[Result]:
+              max_seconds: float = 600.0, echo: bool = True, reduce: bool = True,
+              max_states: int = 6_000_000) -> list[Result]:
     results = []
     for form in forms:
-        res = explore(instance(bound, form, mutant), max_seconds=max_seconds)
+        res = explore(instance(bound, form, mutant), max_seconds=max_seconds, reduce=reduce,
+                      max_states=max_states)
         if echo:
             print(res.report() if res.kind else res.summary(), flush=True)
         results.append(res)
@@ -328,11 +355,12 @@ MUTANT_FORMS: dict[str, tuple[str, ...]] = {
 }
 
 
-def catch_mutant(bound: str, mutant: str, max_seconds: float = 600.0) -> Result:
+def catch_mutant(bound: str, mutant: str, max_seconds: float = 600.0,
+                 reduce: bool = True) -> Result:
     """Explore the mutant's forms until one shows a violation (the counterexample)."""
     last = None
     for form in MUTANT_FORMS[mutant]:
-        last = explore(instance(bound, form, mutant), max_seconds=max_seconds)
+        last = explore(instance(bound, form, mutant), max_seconds=max_seconds, reduce=reduce)
         if last.kind:
             return last
     assert last is not None
@@ -353,27 +381,32 @@ def main(argv: list[str] | None = None) -> int:
                         help="the bound mutants are searched in (a search stops at its first "
                              "counterexample; default: full)")
     parser.add_argument("--max-seconds", type=float, default=600.0)
+    parser.add_argument("--max-states", type=int, default=6_000_000)
+    parser.add_argument("--no-reduction", dest="reduce", action="store_false",
+                        help="expand every enabled step (no partial-order reduction)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     forms = tuple(args.form) if args.form else FORMS
     started = time.monotonic()
-    figures: dict[str, object] = {"bound": args.bound}
+    figures: dict[str, object] = {"bound": args.bound, "reduction": args.reduce}
     if args.mutant:
-        res = catch_mutant(args.mutant_bound, args.mutant, args.max_seconds)
+        res = catch_mutant(args.mutant_bound, args.mutant, args.max_seconds, args.reduce)
         print(res.report())
         return 0 if res.kind else 1
-    results = run_bound(args.bound, forms, max_seconds=args.max_seconds)
+    results = run_bound(args.bound, forms, max_seconds=args.max_seconds, reduce=args.reduce,
+                        max_states=args.max_states)
     figures["model_states_explored"] = sum(r.states for r in results)
     figures["model_violations"] = sum(1 for r in results if r.kind)
     figures["per_form"] = {r.inst.form: {"states": r.states, "steps": r.edges,
                                          "seconds": round(r.seconds, 1),
+                                         "reduced_states": r.reduced_states,
                                          "violation": r.kind or None,
                                          "truncated": r.truncated} for r in results}
     code = 0 if all(r.ok for r in results) else 1
     if args.all_mutants:
         caught = {}
         for mutant in MUTANTS:
-            res = catch_mutant(args.mutant_bound, mutant, args.max_seconds)
+            res = catch_mutant(args.mutant_bound, mutant, args.max_seconds, args.reduce)
             caught[mutant] = {"caught": bool(res.kind), "form": res.inst.form,
                               "kind": res.kind or None, "states": res.states,
                               "seconds": round(res.seconds, 1),

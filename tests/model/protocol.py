@@ -809,14 +809,46 @@ def check(inst: Instance, s: State,
     return out
 
 
-def canonical(s: State) -> State:
+def canonical(s: State, numbers: bool = True) -> State:
     """The state with its Python workers renumbered in a canonical order: workers are
-    interchangeable, so states that differ only by which worker is which are one."""
-    return canonical_order(s)[0]
+    interchangeable, so states that differ only by which worker is which are one; and,
+    with ``numbers``, its producer epochs and lease fences renumbered densely
+    (:func:`renumber`, part of the explorer's reduction)."""
+    return canonical_order(s, numbers)[0]
 
 
-def canonical_order(s: State) -> tuple[State, list[int]]:
+def renumber(s: State) -> State:
+    """Producer epochs (per transactional id) and the app id's fences replaced by their
+    rank, 0 kept: the model only compares them (``epoch > prod.epoch``, ``sfence > fence``,
+    ``checked != fence``, ``fence == 0``: no lease yet), takes their maximum, and draws a
+    new one as the highest plus one (the coordinator's epoch, the lease's fence, which
+    are the highest of their kind). An order-preserving renumbering keeping 0 maps every
+    step to the same step, so states that differ only in these numbers are one."""
+    ranks: dict[tuple[int, int], dict[int, int]] = {}
+    for tid, epoch, _ in s.txns:
+        vals = {epoch} | {pr.epoch for row in s.prods for pr in row
+                          if pr is not None and pr.txn_id == tid}
+        if max(vals) + 1 != len(vals) or min(vals) != 0:
+            ranks[tid] = {v: r for r, v in enumerate(sorted(vals))}
+    if ranks:
+        s = s._replace(
+            txns=tuple((tid, ranks[tid][e] if tid in ranks else e, o) for tid, e, o in s.txns),
+            prods=tuple(tuple(pr if pr is None or pr.txn_id not in ranks
+                              else pr._replace(epoch=ranks[pr.txn_id][pr.epoch]) for pr in row)
+                        for row in s.prods))
+    fences = {0, s.lease[1], s.lease[2], *s.sfence, *(t.fence for t in s.tasks)}
+    if max(fences) + 1 != len(fences):
+        rank = {v: r for r, v in enumerate(sorted(fences))}
+        s = s._replace(lease=(s.lease[0], rank[s.lease[1]], rank[s.lease[2]]),
+                       sfence=tuple(rank[f] for f in s.sfence),
+                       tasks=tuple(sorted(t._replace(fence=rank[t.fence]) for t in s.tasks)))
+    return s
+
+
+def canonical_order(s: State, numbers: bool = True) -> tuple[State, list[int]]:
     """:func:`canonical` and the order: new worker k is old worker order[k]."""
+    if numbers:
+        s = renumber(s)
     n = len(s.filters)
     if n < 2:
         return s, list(range(n))
@@ -830,3 +862,152 @@ def canonical_order(s: State) -> tuple[State, list[int]]:
     return s._replace(filters=tuple(s.filters[w] for w in order),
                       prods=tuple(s.prods[w] for w in order),
                       tasks=tuple(sorted(t._replace(w=new_of[t.w]) for t in s.tasks))), order
+
+
+# --------------------------------------------------------------------------- reduction
+
+
+def failures_left(inst: Instance, s: State) -> bool:
+    """Whether some failure step can still be enabled in ``s`` or a state after it (the
+    budgets only shrink)."""
+    crashes, zombies = s.used
+    crash_kinds = inst.kinds - {"zombie"}
+    return bool((crashes < inst.crashes and crash_kinds)
+                or (zombies < inst.zombies and "zombie" in inst.kinds))
+
+
+_PHASE = {"claim": "claim", "ckpt": "ckpt", "producer": "kafka", "marker": "kafka",
+          "send": "kafka", "produce1": "kafka", "produce2": "kafka", "commit": "kafka"}
+"""A task's phase by its program counter: the objects a step of the phase touches are its
+partition's shards (journal, decisions, shard fences; and, at a lease step, the lease and
+every shard's fence), its (batch, partition) checkpoint and production counter, or its
+partition's Kafka objects (transactional id, marker, marker copy). A task never goes back
+to an earlier phase (a fenced redo and an aborted transaction's retry stay in ``kafka``)."""
+
+
+def _future(u: Task) -> set[tuple]:
+    """The objects task ``u`` may still touch, over all its remaining steps (its lease
+    steps apart: :func:`ample` rules them out separately)."""
+    phase = _PHASE.get(u.pc, "")
+    out: set[tuple] = set()
+    if phase == "claim":
+        out.add(("claim", u.p))
+    if phase in ("claim", "ckpt"):
+        out.add(("ckpt", u.b, u.p))
+    if phase:
+        out.add(("kafka", u.p))
+    return out
+
+
+def ample(inst: Instance, s: State, succ: list[Step]) -> int:
+    """Partial-order reduction (docs/model.md, "Reduction"): the index in ``succ`` (that is
+    ``successors(inst, s)``) of a step that may be explored alone, or -1 to explore all.
+
+    The step is the next step of the live task T of the running batch, chosen only where
+    it commutes with every step that can be taken before it:
+
+    * no failure can happen any more (both budgets spent), so no step kills, raises in,
+      zombifies or times out T, nothing makes the query fail but a live task (a zombie's
+      refusal is ignored), and T is the only live task (one slot);
+    * T is of the driver's current batch, alive, not done: so the driver launches no task
+      before T returns and does not commit (its garbage collection waits for T), and its
+      listener's ``commit_progress`` deletes decisions of older batches only;
+    * the objects the step touches (by T's phase: its partition's shards at a claim, its
+      checkpoint at ``ckpt``, its partition's Kafka objects after) are none that another
+      task may still touch (:func:`_future`: a zombie past its claims never touches a
+      shard again, one past its checkpoint never a checkpoint);
+    * the step is no lease step (T's first claim, a refused claim), which reads and writes
+      the app id's lease, every shard's fence and every query's decisions; and at a claim
+      of T no other task can take a step of the lease before T's: every other task still
+      at its claims has one same fence, not 0 (it took the lease) and no shard's fence is
+      above it (claims only raise a shard's fence to the claimer's, so none is refused);
+    * or, the other case: the step is a zombie's return. It only removes the zombie,
+      which the driver ignores, and frees its worker; every other step commutes with it
+      (a launch on another worker) or is enabled only by it (a launch on that worker).
+    * the step is invisible: it leaves the read_committed records, the committed
+      transactions and Spark's commit log as they are and only adds non-negative tokens to
+      the records read_uncommitted saw (check 4 is monotone in those), removes no task and
+      changes neither the driver nor the lease nor the query records;
+    * not under the mutants whose branch widens a step's footprint (decisions_gc_early: a
+      claim deletes other shards' decisions; no_fencing: init_transactions draws a global
+      counter).
+
+    The footprint is checked on the step actually produced (:func:`_local`); a step that
+    breaks a condition is explored with all the others.
+    """
+    if inst.slots != 1 or failures_left(inst, s):
+        return -1
+    index0 = len(succ) - len(s.tasks)  # no failure steps: the task steps come last
+    for k, u in enumerate(s.tasks):
+        if u.zombie and u.pc == "return":
+            label, kind, s2 = succ[index0 + k]
+            assert kind == "step" and label.startswith(_tname(u) + ":"), (label, _tname(u))
+            return index0 + k
+    d = s.drv
+    if not d.alive or d.phase != "run":
+        return -1
+    live = [k for k, t in enumerate(s.tasks) if not t.zombie]
+    if len(live) != 1:
+        return -1
+    k = live[0]
+    t = s.tasks[k]
+    phase = _PHASE.get(t.pc, "")
+    if t.q != d.q or t.b != s.commits[d.q] or d.done[t.p] or not phase:
+        return -1
+    if phase == "claim":
+        if inst.mutant == "decisions_gc_early":
+            return -1
+        shard = inst.shards_in(t.b, t.p)[t.si]
+        if s.filters[t.w][shard] >= 0 and (t.fence == 0 or s.sfence[shard] > t.fence):
+            return -1  # a lease step (the first claim, or a claim refused for its fence)
+        claiming = {u.fence for u in s.tasks if u is not t and _PHASE.get(u.pc) == "claim"}
+        if claiming and (len(claiming) > 1 or 0 in claiming
+                         or max(s.sfence) > min(claiming)):
+            return -1  # another task may take a step of the lease first
+        mine: tuple = ("claim", t.p)
+    elif phase == "ckpt":
+        mine = ("ckpt", t.b, t.p)
+    else:
+        if inst.mutant == "no_fencing":
+            return -1
+        mine = ("kafka", t.p)
+    if any(mine in _future(u) for u in s.tasks if u is not t):
+        return -1
+    index = index0 + k
+    label, kind, s2 = succ[index]
+    assert kind == "step" and label.startswith(_tname(t) + ":"), (label, _tname(t))
+    return index if _local(inst, s, t, s2, phase) else -1
+
+
+def _local(inst: Instance, s: State, t: Task, s2: State, phase: str) -> bool:
+    """The footprint check of :func:`ample`: ``s2`` differs from ``s`` only in T, T's
+    worker's caches and the objects of T's phase (of T's partition), and is invisible."""
+    if len(s2.tasks) != len(s.tasks):
+        return False
+    others = [u for u in s.tasks if u is not t]
+    if [u for u in s2.tasks if u.w != t.w] != others:
+        return False
+    if (s2.drv, s2.commits, s2.lease, s2.queries, s2.visible, s2.kcount, s2.markers,
+            s2.mcopy, s2.used, s2.nprod, s2.serials) != (
+            s.drv, s.commits, s.lease, s.queries, s.visible, s.kcount, s.markers,
+            s.mcopy, s.used, s.nprod, s.serials):
+        return False
+    new = s2.emitted - s.emitted
+    if not s.emitted <= s2.emitted or any(e[2] < 0 or (e[0], e[1]) != (t.b, t.p) for e in new):
+        return False
+    if any(s2.filters[w] != s.filters[w] or s2.prods[w] != s.prods[w]
+           for w in range(len(s.filters)) if w != t.w):
+        return False
+    own = {sh for sh in range(inst.shards) if inst.partition_of_shard(sh) == t.p}
+    shards_same = all(s2.journal[sh] == s.journal[sh] and s2.sfence[sh] == s.sfence[sh]
+                      for sh in range(inst.shards) if phase != "claim" or sh not in own)
+    decisions = s.decisions ^ s2.decisions
+    if not shards_same or any(phase != "claim" or x[2] not in own or x[:2] != (t.q, t.b)
+                              for x in decisions):
+        return False
+    i = t.b * inst.partitions + t.p
+    if any(phase != "ckpt" or x[0][1:3] != (t.b, t.p) for x in s.ckpts ^ s2.ckpts):
+        return False
+    if any(s2.comp[j] != s.comp[j] for j in range(len(s.comp)) if phase != "ckpt" or j != i):
+        return False
+    return not any(phase != "kafka" or x[0][0] != t.p for x in set(s.txns) ^ set(s2.txns))
