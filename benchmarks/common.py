@@ -54,6 +54,26 @@ def merge_summary(figures: dict[str, Any], path: Path = SUMMARY_PATH) -> dict[st
     return current
 
 
+def kafka_version() -> str:
+    """The Kafka broker release of the fetched jars ('?' when none are)."""
+    from dedup.local.paths import kafka_broker_jars
+
+    jars = sorted(kafka_broker_jars().glob("kafka_2.13-*.jar"))
+    return jars[0].name.removeprefix("kafka_2.13-").removesuffix(".jar") if jars else "?"
+
+
+def redis_version() -> str:
+    """The release of the ``redis-server`` on PATH ('?' when none answers)."""
+    try:
+        import subprocess
+
+        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
+                             check=False).stdout
+        return out.split("v=")[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
 def run_metadata() -> dict[str, Any]:
     """Date, machine and versions, stored beside every result."""
     import confluent_kafka

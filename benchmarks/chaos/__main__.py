@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -16,6 +15,7 @@ from benchmarks.chaos.faults import (
     OPERATIONAL_KINDS,
     TWO_STEP_ONLY_KINDS,
 )
+from benchmarks.chaos.model import RunResult, finished_runs, schedule
 from benchmarks.chaos.report import (
     MATRIX_NAMES,
     figures,
@@ -23,8 +23,14 @@ from benchmarks.chaos.report import (
     summary_figures,
     write,
 )
-from benchmarks.chaos.runner import RunResult, finished_runs, run_schedule, schedule
-from benchmarks.common import RESULTS_DIR, merge_summary, run_metadata
+from benchmarks.chaos.runner import run_schedule
+from benchmarks.common import (
+    RESULTS_DIR,
+    kafka_version,
+    merge_summary,
+    redis_version,
+    run_metadata,
+)
 
 
 def matrix_kinds(requested: str, default: Sequence[str], variant: str) -> list[str]:
@@ -119,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown mutants {sorted(unknown_mutants)}; known: "
                          f"{', '.join(KNOWN_MUTANTS)}")
         if args.variant:
-            from benchmarks.chaos.mutants import VARIANTS
+            from benchmarks.chaos.variants import VARIANTS
 
             if args.variant not in VARIANTS:
                 parser.error(f"unknown pipeline variant {args.variant!r}; known: "
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--operational, --cluster and --all are separate matrices: run them one "
                      "at a time")
     if args.variant:
-        from benchmarks.chaos.mutants import VARIANTS
+        from benchmarks.chaos.variants import VARIANTS
 
         if args.variant not in VARIANTS:
             parser.error(f"unknown pipeline variant {args.variant!r}; known: "
@@ -178,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(results: list[RunResult], args: argparse.Namespace, scheduled: int) -> int:
-    metadata = {**run_metadata(), "kafka": _kafka_version(), "redis": _redis_version(),
+    metadata = {**run_metadata(), "kafka": kafka_version(), "redis": redis_version(),
                 "runs_scheduled": scheduled}
     data = figures(results, args.seed, metadata)
     results.sort(key=lambda r: r.spec.index)
@@ -199,22 +205,6 @@ def _report(results: list[RunResult], args: argparse.Namespace, scheduled: int) 
     print(f"wrote {json_path} and {md_path}")
     ok = not (data["losses"] or data["duplicates"] or data["phantoms"] or data["failed_runs"])
     return 0 if ok else 1
-
-
-def _kafka_version() -> str:
-    from dedup.local.paths import kafka_broker_jars
-
-    jars = sorted(kafka_broker_jars().glob("kafka_2.13-*.jar"))
-    return jars[0].name.removeprefix("kafka_2.13-").removesuffix(".jar") if jars else "?"
-
-
-def _redis_version() -> str:
-    try:
-        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
-                             check=False).stdout
-        return out.split("v=")[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from benchmarks.chaos.faults import arm_sync, held_alive, hold_evidence
 from dedup.local.kafka_cluster import KafkaCluster
 
 if TYPE_CHECKING:
-    from benchmarks.chaos.runner import ChaosEnv, Run
+    from benchmarks.chaos.model import ChaosEnv, Run
 
 HOLD_S = 8.0  # kill about 1 s in; the dead node is fenced ~4 s later; the write goes on
 RESTART_AFTER_HOLD_S = 3.0  # the write runs on two nodes for a while before the restart

@@ -31,7 +31,7 @@ from dedup.local.spark_cluster import SparkStandaloneCluster
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from benchmarks.chaos.runner import Run
+    from benchmarks.chaos.model import Run
 
 HOLD_SECONDS = 8.0  # long enough to find and kill the worker on a loaded machine
 _LOCK = threading.Lock()

@@ -21,40 +21,19 @@ from __future__ import annotations
 
 import json
 import random
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.chaos.mutant_patches import KNOWN_MUTANTS
-from benchmarks.chaos.runner import (
+from benchmarks.chaos.model import (
     ROWS,
     ROWS_PER_BATCH,
-    Run,
     RunResult,
     RunSpec,
     finished_runs,
-    pipeline_text,
-    run_schedule,
 )
-from dedup.failpoints import arm
-
-VARIANTS: dict[str, str] = {
-    "nondeterministic": "user code between dedup and the sink that differs per task attempt: "
-                        "a retried task appends '|recomputed-attempt-<n>' to every payload "
-                        "(the failure-free output, first attempts only, is unchanged)",
-    "tiny_bloom": "the Bloom filter of dup90_tiny_bloom (capacity 20, error rate 0.5): many "
-                  "false positives, each of which only the catalog can clear",
-    "late_events": "retention by event time (late_policy drop, horizon so that the rows are "
-                   "late by the wall clock) and a batch clock two days behind the wall clock "
-                   "(the dedup.batch_clock skew: batches replayed two days after they were "
-                   "planned), so nothing is late by the batch clock",
-    "one_pass": "dedup and the sink in one pass (pipeline file sink.one_pass = true: "
-                "sinks.deduplicate_to_kafka) instead of the operator followed by the sink",
-}
-LATE_SKEW_S = 2 * 24 * 3600
-LATE_BUCKET_S = 30 * 24 * 3600
+from benchmarks.chaos.mutant_patches import KNOWN_MUTANTS
+from benchmarks.chaos.runner import run_schedule
 
 CHECKS = ("lost", "duplicated", "phantoms", "mismatched", "open_transactions")
 
@@ -140,73 +119,6 @@ def schedule(seed: int, names: list[str] | None = None, variant: str = "") -> li
                                         batch=spec.batch, point=spec.point,
                                         variant=spec.variant))
     return specs + controls
-
-
-# -- pipeline variants (in-process runs) --------------------------------------
-
-def apply_variant(run: Run, text: str) -> tuple[str, Callable[[Any], Any] | None]:
-    """The pipeline file and the user transform of ``run.spec.variant`` (``a+b``: each
-    applied in turn); arms what it needs."""
-    transform = None
-    for part in run.spec.variant.split("+"):
-        text, made = _apply_one(run, text, part)
-        transform = made or transform
-    if "+" in run.spec.variant:
-        run.fault.evidence["variant"] = "; ".join(
-            VARIANTS[part] for part in run.spec.variant.split("+"))
-    return text, transform
-
-
-def _apply_one(run: Run, text: str, variant: str) -> tuple[str, Callable[[Any], Any] | None]:
-    if variant == "nondeterministic":
-        return text, _attempt_tagged
-    if variant == "tiny_bloom":
-        tiny = text.replace("bloom.capacity = 100000\n", "bloom.capacity = 20\n", 1) \
-            .replace("bloom.error_rate = 0.01\n", "bloom.error_rate = 0.5\n", 1)
-        if tiny.count("bloom.capacity = 20\n") + tiny.count("bloom.error_rate = 0.5\n") != 2:
-            raise ValueError("the tiny_bloom variant found no Bloom settings to replace in the "
-                             "pipeline file: update apply_variant to pipeline_text")
-        return tiny, None
-    if variant == "late_events":
-        from sources.synthetic_rows import DEFAULT_START_TIME
-
-        # Rows are ~329 days old: late by the wall clock with this horizon, not late by a
-        # batch clock two days behind it (the run's start is what both are measured from).
-        horizon = int(time.time() - DEFAULT_START_TIME) - LATE_SKEW_S // 2
-        text = pipeline_text(run.app_id, run.topic, run.spec, bucket_seconds=LATE_BUCKET_S,
-                             horizon_seconds=horizon)
-        text = text.replace("[dedup]\n", '[dedup]\nretention.event_time_column = "event_time"\n'
-                                         'retention.late_policy = "drop"\n', 1)
-        arm(run.fp_dir, "dedup.batch_clock", "skew", seconds=-LATE_SKEW_S, from_batch=0)
-        run.fault.evidence["variant"] = VARIANTS[variant]
-        return text, None
-    if variant == "one_pass":
-        # runner.pipeline_text writes the setting for this variant (every kind's file)
-        if '[sink]\ntype = "kafka"\none_pass = true\n' not in text:
-            raise ValueError("the one_pass variant found no one_pass setting in the Kafka "
-                             "sink table of the pipeline file: see runner.pipeline_text")
-        run.fault.evidence["variant"] = VARIANTS[variant]
-        return text, None
-    raise ValueError(f"unknown pipeline variant {variant!r}; known: {', '.join(VARIANTS)}")
-
-
-def _attempt_tagged(frame: Any) -> Any:
-    """``payload`` through a non-deterministic UDF whose value differs on a task retry."""
-    from pyspark.sql import functions as sf
-    from pyspark.sql.types import StringType
-
-    def tag(payload: str | None) -> str | None:
-        # nested: pickled by value, so the workers need not import this module
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        attempt = context.attemptNumber() if context is not None else 0
-        if payload is None or attempt == 0:
-            return payload
-        return f"{payload}|recomputed-attempt-{attempt}"
-
-    udf = sf.udf(tag, StringType()).asNondeterministic()
-    return frame.withColumn("payload", udf(sf.col("payload")))
 
 
 # -- verdicts and figures -------------------------------------------------------
@@ -306,8 +218,7 @@ def run_matrix(results_dir: Path, seed: int, names: list[str] | None, resume: bo
     (e.g. ``one_pass``); write its figures. 0 when every mutant is caught and every
     control exact, else 1. ``summary.json`` gets ``chaos_mutants`` and
     ``chaos_mutants_caught`` (with a variant: ``chaos_mutants_<variant>``, ...)."""
-    from benchmarks.chaos.__main__ import _kafka_version, _redis_version
-    from benchmarks.common import merge_summary, run_metadata
+    from benchmarks.common import kafka_version, merge_summary, redis_version, run_metadata
 
     specs = schedule(seed, names, variant)
     progress = results_dir / f"{name}.progress.jsonl"
@@ -325,7 +236,7 @@ def run_matrix(results_dir: Path, seed: int, names: list[str] | None, resume: bo
                 f"{result.outcome} {result.duration_s:.0f}s {result.error[:80]}")
 
     run_schedule(specs, results, progress, max_minutes, line)
-    metadata = {**run_metadata(), "kafka": _kafka_version(), "redis": _redis_version()}
+    metadata = {**run_metadata(), "kafka": kafka_version(), "redis": redis_version()}
     data = figures(results, seed, metadata, scheduled=len(specs), variant=variant)
     data["runs_detail"] = [r.as_dict() for r in sorted(results, key=lambda r: r.spec.index)]
     results_dir.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.chaos.faults import NON_EMPTY, wait_fired
-from benchmarks.chaos.runner import (
+from benchmarks.chaos.model import (
     ROWS,
     ROWS_PER_BATCH,
     Run,
@@ -55,11 +55,11 @@ SECOND_WAIT_S = 120  # the second pipeline's time to be refused (the first is he
 # -- small helpers -----------------------------------------------------------
 
 def _pipeline(run: Run, **changes: Any) -> Any:
-    from dedup.cli.config_file import parse_pipeline
+    from dedup.cli import parse_pipeline
 
     text = pipeline_text(run.app_id, run.topic, run.spec, **changes)
     if run.spec.variant:
-        from benchmarks.chaos.mutants import apply_variant
+        from benchmarks.chaos.variants import apply_variant
 
         text, transform = apply_variant(run, text)
         if transform is not None:
@@ -69,7 +69,7 @@ def _pipeline(run: Run, **changes: Any) -> Any:
 
 
 def _start(run: Run, pipeline: Any, redis_url: str, checkpoint: str) -> Any:
-    from dedup.cli.pipeline import Addresses, start_query
+    from dedup.cli import Addresses, start_query
 
     bootstrap = run.env.kafka.bootstrap_servers
     return start_query(run.env.spark, pipeline, Addresses(redis_url, bootstrap, bootstrap),
@@ -592,7 +592,7 @@ def _two_outputs(run: Run) -> int:
     fails batch k + 1 between the two outputs (a driver crash there): the query is
     restarted from its checkpoint. Both topics are verified."""
     from dedup import deduplicate
-    from dedup.cli.pipeline import Addresses, dedup_config, sink_frame, source_frame
+    from dedup.cli import Addresses, dedup_config, sink_frame, source_frame
     from sinks import ExactlyOnceKafkaForeachBatch
     from sinks.kafka_io import ensure_topic
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.chaos.faults import CLUSTER_KINDS, FAULT_KINDS, KNOWN_FAILING, OPERATIONAL_KINDS
-from benchmarks.chaos.runner import RunResult
+from benchmarks.chaos.model import RunResult
 
 MATRIX_NAMES = ("chaos", "chaos_operational", "chaos_cluster")
 """The matrices whose runs together make the ``chaos_*`` figures of summary.json."""

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from benchmarks.chaos.faults import NON_EMPTY, WORKER_KILL_POINTS, wait_fired
+from benchmarks.chaos.model import ChaosEnv, _commit, _first_line, _stop_quietly
 from benchmarks.chaos.operational import _follow, _redis, committed_batches, markers
-from benchmarks.chaos.runner import ChaosEnv, _commit, _first_line, _stop_quietly
 from dedup.failpoints import arm
 from dedup.local.services import RedisServer
 
@@ -417,8 +417,7 @@ stop_after_idle_seconds = 5.0
 """
 
     def _start(self) -> Any:
-        from dedup.cli.config_file import parse_pipeline
-        from dedup.cli.pipeline import Addresses, start_query
+        from dedup.cli import Addresses, parse_pipeline, start_query
 
         self.env.spark.conf.set(SHUFFLE, str(self.settings[("spark", SHUFFLE)]))
         bootstrap = self.env.kafka.bootstrap_servers

@@ -27,8 +27,9 @@ from benchmarks.chaos.faults import (
     OPERATIONAL_KINDS,
     TWO_STEP_ONLY_KINDS,
 )
+from benchmarks.chaos.model import ChaosEnv, RunResult, schedule
 from benchmarks.chaos.report import figures, markdown, summary_figures
-from benchmarks.chaos.runner import ChaosEnv, RunResult, run_one, schedule
+from benchmarks.chaos.runner import run_one
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.slow]
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.chaos.model import ChaosEnv
 from benchmarks.chaos.mutants import PLANS, caught_by, schedule
-from benchmarks.chaos.runner import ChaosEnv, run_one
+from benchmarks.chaos.runner import run_one
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.slow]
 

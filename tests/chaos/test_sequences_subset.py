@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos.runner import ChaosEnv
+from benchmarks.chaos.model import ChaosEnv
 from benchmarks.chaos.sequences import Action, SequenceSpec, run_sequence
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.slow]

@@ -112,3 +112,89 @@ def test_the_rule_sees_a_mutant_in_the_product(tmp_path: Path) -> None:
     (tmp_path / "benchmarks" / "mutants.py").write_text("mutant = 1\n")  # allowed there
     assert _mutant_lines(tmp_path) == ["dedup/step.py:2: if mutant_on('x'):",
                                        "sinks/lua/claim.lua:1: -- a Mutant was here"]
+
+
+CIRCLE_PACKAGES = ("dedup", "sinks", "sources", "benchmarks")
+"""The packages whose modules must import one another in one direction (issue 35)."""
+
+
+def _module_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (every import statement, also those
+    inside functions and under ``TYPE_CHECKING``; relative ones resolved)."""
+    paths = {}
+    for package in CIRCLE_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            name = ".".join(path.relative_to(root).with_suffix("").parts)
+            paths[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        wanted: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                wanted |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+        found = set()
+        for module in wanted:
+            while module and module not in paths:
+                module = module.rpartition(".")[0]
+            if module and module != name:
+                found.add(module)
+        graph[name] = found
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def test_no_import_circle_between_modules() -> None:
+    circles = _circles(_module_graph())
+    assert not circles, "modules that import one another in a circle:\n" + "\n".join(
+        " <-> ".join(group) for group in circles)
+
+
+def test_the_rule_sees_an_import_circle(tmp_path: Path) -> None:
+    """The check itself can fail: a lazy import back, and a relative one, are circles."""
+    (tmp_path / "benchmarks" / "chaos").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "chaos" / "__init__.py").write_text("")
+    (tmp_path / "benchmarks" / "chaos" / "runner.py").write_text(
+        "from benchmarks.chaos import kinds\n")
+    (tmp_path / "benchmarks" / "chaos" / "kinds.py").write_text(
+        "def f() -> None:\n    from .runner import Run\n")
+    (tmp_path / "benchmarks" / "chaos" / "model.py").write_text("import os\n")
+    assert _circles(_module_graph(tmp_path)) == [
+        ["benchmarks.chaos.kinds", "benchmarks.chaos.runner"]]

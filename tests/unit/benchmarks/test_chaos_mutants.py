@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from benchmarks.chaos.faults import FAULT_KINDS, FaultOutcome
+from benchmarks.chaos.model import RunResult, RunSpec
 from benchmarks.chaos.mutant_patches import KNOWN_MUTANTS
-from benchmarks.chaos.mutants import PLANS, VARIANTS, caught_by, figures, markdown, schedule
-from benchmarks.chaos.runner import RunResult, RunSpec
+from benchmarks.chaos.mutants import PLANS, caught_by, figures, markdown, schedule
+from benchmarks.chaos.variants import VARIANTS
 
 
 def _result(spec: RunSpec, **report: int) -> RunResult:
@@ -71,8 +72,8 @@ def test_a_mutant_no_run_catches_is_reported() -> None:
 def test_the_one_pass_variant_switches_the_pipeline_file_to_one_pass(tmp_path: Any) -> None:
     from types import SimpleNamespace
 
-    from benchmarks.chaos.mutants import apply_variant
-    from benchmarks.chaos.runner import pipeline_text
+    from benchmarks.chaos.model import pipeline_text
+    from benchmarks.chaos.variants import apply_variant
     from dedup.cli.config_file import parse_pipeline
 
     spec = RunSpec(index=3, kind="worker_kill", seed=7, batch=1, point="sink.mid_produce",
@@ -127,8 +128,9 @@ def test_a_matrix_on_the_one_pass_pipeline_combines_variants_and_leaves_out_user
         tmp_path: Any) -> None:
     from types import SimpleNamespace
 
-    from benchmarks.chaos.mutants import apply_variant, not_applicable
-    from benchmarks.chaos.runner import pipeline_text
+    from benchmarks.chaos.model import pipeline_text
+    from benchmarks.chaos.mutants import not_applicable
+    from benchmarks.chaos.variants import apply_variant
     from dedup.cli.config_file import parse_pipeline
 
     specs = schedule(5, None, "one_pass")

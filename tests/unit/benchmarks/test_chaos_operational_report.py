@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.chaos.faults import FaultOutcome
+from benchmarks.chaos.model import RunResult, RunSpec
 from benchmarks.chaos.operational import committed_batches
 from benchmarks.chaos.report import figures, markdown, other_matrices, summary_figures
-from benchmarks.chaos.runner import RunResult, RunSpec
 
 METADATA = {"date": "d", "machine": "m", "pyspark": "4", "confluent_kafka": "2",
             "librdkafka": "2"}

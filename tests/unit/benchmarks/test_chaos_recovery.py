@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.chaos.runner import _RecoveryClock
+from benchmarks.chaos.model import _RecoveryClock
 
 
 class _Clock(_RecoveryClock):
@@ -41,7 +41,7 @@ def test_without_a_target_the_first_growth_counts() -> None:
 
 
 def test_the_target_is_the_killed_partitions_next_uncommitted_batch() -> None:
-    from benchmarks.chaos.runner import recovery_target
+    from benchmarks.chaos.model import recovery_target
 
     context = {"batch": "2", "partition": "1", "rows": "40"}
     assert recovery_target("sink.mid_produce", context) == (1, 3)
@@ -54,8 +54,8 @@ def test_the_target_is_the_killed_partitions_next_uncommitted_batch() -> None:
 
 def test_a_kinds_recovery_counts_only_runs_timed_to_the_killed_partition() -> None:
     from benchmarks.chaos.faults import FaultOutcome
+    from benchmarks.chaos.model import RunResult, RunSpec
     from benchmarks.chaos.report import timed_recoveries
-    from benchmarks.chaos.runner import RunResult, RunSpec
 
     def run(index: int, seconds: float, of: str) -> RunResult:
         return RunResult(RunSpec(index, "driver_kill", 1, 2, "sink.after_checkpoint"),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.chaos.faults import FaultOutcome
-from benchmarks.chaos.runner import RunResult, finished_runs, schedule
+from benchmarks.chaos.model import RunResult, finished_runs, schedule
 
 
 def _result(spec_index: int, seed: int = 7) -> RunResult:
@@ -55,7 +55,7 @@ def test_a_run_names_its_commit_clean_when_only_results_changed(tmp_path: Path) 
     a change to any other tracked file must."""
     import subprocess
 
-    from benchmarks.chaos.runner import _commit
+    from benchmarks.chaos.model import _commit
 
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)

@@ -17,17 +17,15 @@ from benchmarks.chaos.faults import (
     classify_error,
     hold_evidence,
 )
-from benchmarks.chaos.runner import (
+from benchmarks.chaos.model import (
     NEEDS_NEXT_BATCH,
     ROWS,
     ROWS_PER_BATCH,
     RunResult,
     RunSpec,
-    _classify_errors,
-    _confirm_extra,
-    _outcome,
     schedule,
 )
+from benchmarks.chaos.runner import _classify_errors, _confirm_extra, _outcome
 
 LAST = ROWS // ROWS_PER_BATCH - 1
 
@@ -163,7 +161,7 @@ def test_a_query_error_is_recorded_by_the_toolkit_error_it_wraps() -> None:
     """Spark wraps a sink task's failure as "Writing job failed" (the toolkit's error
     is further down the chain): the recorded line must name the toolkit's error, or
     the run's check calls an expected failure unexpected (chaos_full runs 128, 152)."""
-    from benchmarks.chaos.runner import _first_line
+    from benchmarks.chaos.model import _first_line
     from sinks.exceptions import CheckpointUnavailableError
 
     outer = RuntimeError("[STREAM_FAILED] Query [id = q, runId = r] terminated with "
@@ -188,7 +186,7 @@ def test_a_query_error_is_recorded_by_the_toolkit_error_it_wraps() -> None:
 def test_a_failed_child_run_is_recorded_with_the_error_it_printed(tmp_path: Path) -> None:
     """A child ``dedup run`` (driver and executor kinds) that fails records the one-line
     error it printed, not only its exit code, so the check can tell why."""
-    from benchmarks.chaos.runner import child_error
+    from benchmarks.chaos.model import child_error
 
     log = tmp_path / "driver.log"
     log.write_text("26/11/25 WARN spark noise\ndedup: error: first attempt\n"
