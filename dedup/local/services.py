@@ -248,7 +248,7 @@ class _Process:
     """A child process with its log file; stopped with SIGTERM then SIGKILL."""
 
     def __init__(self, argv: list[str], log_path: Path, die_with_parent: bool,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         def spawn() -> subprocess.Popen[bytes]:
@@ -259,6 +259,7 @@ class _Process:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
+                    cwd=cwd,
                     preexec_fn=_die_with_parent if die_with_parent else os.setsid,
                 )
 

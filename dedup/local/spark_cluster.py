@@ -8,10 +8,14 @@ cluster is started from PySpark's own jars with its ``bin/spark-class``
 process on a free loopback port with its own work and log folders, and every
 process killed by the kernel when the Python process that started it dies.
 
-Executors launched by a worker inherit the worker's environment, which is this
-process's: on one machine the venv's Python and the toolkit's code are where
-the driver has them (:func:`dedup.local.spark.local_spark_session` forwards the
-rest, such as the fail-point folder, with ``spark.executorEnv.*``).
+Executors launched by a worker inherit the worker's environment, by default
+this process's: on one machine the venv's Python and the toolkit's code are
+where the driver has them (:func:`dedup.local.spark.local_spark_session`
+forwards the rest, such as the fail-point folder, with ``spark.executorEnv.*``).
+``environ`` gives the daemons another environment instead, e.g. one without
+the checkout on ``PYTHONPATH`` (tests/integration/cluster/test_cluster_deploy.py:
+the toolkit reaches executors only as Spark ships it). Every daemon runs in its
+own folder, never in the caller's working directory.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import os
 import signal
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +107,10 @@ class SparkStandaloneCluster:
     die_with_parent:
         Kill the daemons when the starting Python process dies (tests), or
         let them outlive it.
+    environ:
+        The environment the daemons, and so their executors, start from
+        (default: this process's). Spark's own settings (``SPARK_HOME``,
+        ``SPARK_CONF_DIR``, ...) are added to it.
 
     Examples
     --------
@@ -111,7 +120,8 @@ class SparkStandaloneCluster:
 
     def __init__(self, base_dir: Path, workers: int = 2, worker_cores: int = 1,
                  worker_memory: str = "1g", daemon_memory: str = "256m",
-                 die_with_parent: bool = True) -> None:
+                 die_with_parent: bool = True,
+                 environ: Mapping[str, str] | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.base_dir = Path(base_dir)
@@ -119,6 +129,8 @@ class SparkStandaloneCluster:
         self.worker_memory = worker_memory
         self.daemon_memory = daemon_memory
         self.die_with_parent = die_with_parent
+        # None: this process's environment as it is at each start (read then, not now)
+        self.environ = None if environ is None else dict(environ)
         self.port = free_port()
         self.webui_port = free_port()
         self._master: _Process | None = None
@@ -158,7 +170,7 @@ class SparkStandaloneCluster:
         conf_dir.mkdir(parents=True, exist_ok=True)
         local_dirs.mkdir(parents=True, exist_ok=True)
         return {
-            **os.environ,
+            **(os.environ if self.environ is None else self.environ),
             "SPARK_HOME": str(home),
             "SPARK_CONF_DIR": str(conf_dir),
             # bind to loopback (else Spark picks the host name's address and warns)
@@ -183,7 +195,7 @@ class SparkStandaloneCluster:
             argv = [str(spark_class()), _MASTER_CLASS, "--host", "127.0.0.1",
                     "--port", str(self.port), "--webui-port", str(self.webui_port)]
             self._master = _Process(argv, folder / "master.log", self.die_with_parent,
-                                    env=self._env(folder / "local"))
+                                    env=self._env(folder / "local"), cwd=folder)
             _wait_until(lambda: self.state().get("status") == "ALIVE", timeout,
                         f"Spark master on port {self.port}", self._master)
         # All workers at once: each JVM takes seconds to start on 2 cores.
@@ -218,7 +230,7 @@ class SparkStandaloneCluster:
                 "--cores", str(self.worker_cores), "--memory", self.worker_memory,
                 "--work-dir", str(worker.folder / "work"), self.master_url]
         worker.proc = _Process(argv, worker.folder / "worker.log", self.die_with_parent,
-                               env=self._env(worker.folder / "local"))
+                               env=self._env(worker.folder / "local"), cwd=worker.folder)
         return True
 
     def _wait_worker(self, index: int, timeout: float) -> None:
