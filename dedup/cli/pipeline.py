@@ -19,6 +19,8 @@ from dedup.exceptions import ConfigError
 from dedup.spark_session import is_connect
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -250,32 +252,49 @@ def sink_frame(frame: DataFrame, pipeline: PipelineFile, carry: list[str] | None
     return frame.select(*selected)
 
 
-def checkpoint_history(checkpoint: str) -> tuple[str, int] | None:
-    """``(query id, last committed batch)`` of the Spark checkpoint at ``checkpoint``;
-    None when it has no committed batch, or is not on the local file system (not read:
-    HDFS, object stores)."""
+def _local_root(checkpoint: str) -> Path | None:
+    """The folder of a checkpoint on the local file system; None elsewhere (HDFS,
+    object stores: not read)."""
     from pathlib import Path
 
     if "://" in checkpoint and not checkpoint.startswith("file:"):
         return None
-    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+    return Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+
+
+def checkpoint_query_id(checkpoint: str) -> str | None:
+    """The streaming query id in the Spark checkpoint's ``metadata``; None when there
+    is none yet (or the checkpoint is not Spark's, or not local)."""
+    root = _local_root(checkpoint)
+    try:
+        return None if root is None else str(
+            json.loads((root / "metadata").read_text().splitlines()[0])["id"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+def checkpoint_history(checkpoint: str) -> tuple[str, int] | None:
+    """``(query id, last committed batch)`` of the Spark checkpoint at ``checkpoint``;
+    None when it has no committed batch, or is not on the local file system (not read:
+    HDFS, object stores)."""
+    root = _local_root(checkpoint)
+    query_id = checkpoint_query_id(checkpoint)
+    if root is None or query_id is None:
+        return None  # no checkpoint yet (or not Spark's): nothing to compare with
     try:
         committed = [int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()]
-        query_id = json.loads((root / "metadata").read_text().splitlines()[0])["id"]
-    except (OSError, ValueError, KeyError, IndexError):
-        return None  # no checkpoint yet (or not Spark's): nothing to compare with
-    return (str(query_id), max(committed)) if committed else None
+    except OSError:
+        return None
+    return (query_id, max(committed)) if committed else None
 
 
 def unfinished_batch(checkpoint: str) -> int | None:
     """The batch the Spark checkpoint at ``checkpoint`` planned but never committed
     (its offset log is ahead of its commit log); None when there is none, or the
     checkpoint is not on the local file system."""
-    from pathlib import Path
-
-    if "://" in checkpoint and not checkpoint.startswith("file:"):
+    root = _local_root(checkpoint)
+    if root is None:
         return None
-    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
 
     def last(folder: str) -> int:
         try:
@@ -301,12 +320,8 @@ def check_dedup_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) ->
         return
     from dedup.catalog import RedisCatalog
 
-    root = checkpoint.removeprefix("file://").removeprefix("file:")
-    try:
-        from pathlib import Path
-
-        query_id = str(json.loads((Path(root) / "metadata").read_text().splitlines()[0])["id"])
-    except (OSError, ValueError, KeyError, IndexError):
+    query_id = checkpoint_query_id(checkpoint)
+    if query_id is None:
         return
     ids = {query_id, str(pipeline.table("sink")["options"].get("query.id") or query_id)}
     catalog = RedisCatalog(dedup_config(pipeline, redis_url))
@@ -335,16 +350,12 @@ def check_sink_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> 
     batch = unfinished_batch(checkpoint)
     if batch is None:
         return
-    from pathlib import Path
-
     from dedup.exceptions import SettingChangedError
     from dedup.keys import query_outputs_key
     from dedup.redis_client import connect
 
-    root = checkpoint.removeprefix("file://").removeprefix("file:")
-    try:
-        query_id = str(json.loads((Path(root) / "metadata").read_text().splitlines()[0])["id"])
-    except (OSError, ValueError, KeyError, IndexError):
+    query_id = checkpoint_query_id(checkpoint)
+    if query_id is None:
         return
     fixed = str(pipeline.table("sink")["options"].get("query.id") or query_id)
     client = connect(dedup_config(pipeline, redis_url).redis)[0]
