@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -86,7 +87,18 @@ def _listening(port: int) -> Iterator[socket.socket]:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # SO_REUSEADDR: the killed service's connections may still linger on the port.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
+        # The services' ports come from the kernel's ephemeral range, so a client's
+        # outgoing connection may hold the port for a moment after the service died
+        # (CI, 2026-11-27: EADDRINUSE here): try again for a while.
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                sock.bind(("127.0.0.1", port))
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         sock.listen()
         yield sock
 
