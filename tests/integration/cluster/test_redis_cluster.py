@@ -188,7 +188,7 @@ def test_a_start_after_a_failover_sees_the_new_primaries(redis_cluster: LocalRed
     assert catalog.check_setup()["replicas"] == "1"
 
 
-def test_the_sinks_redis_calls_ride_out_a_failover(redis_cluster: LocalRedisCluster) -> None:
+def test_the_sinks_redis_commands_ride_out_a_failover(redis_cluster: LocalRedisCluster) -> None:
     """A primary killed under the sink's checkpoints: its writes are repeated until the
     replica is promoted (RedisConfig.failover_wait), as a claim is, instead of failing
     the task (Spark's four attempts all fall inside a failover: the query died in 3
