@@ -307,6 +307,19 @@ def unfinished_batch(checkpoint: str) -> int | None:
     return planned if planned > last("commits") else None
 
 
+def _unfinished_query(pipeline: PipelineFile, checkpoint: str,
+                      ) -> tuple[int, str, list[str]] | None:
+    """``(batch, query id, ids)`` of a checkpoint that left a batch unfinished: the
+    query id Spark recorded and, first after it, the sink's fixed ``query.id`` under
+    which one pass records (each once); None when no batch is unfinished."""
+    batch = unfinished_batch(checkpoint)
+    query_id = None if batch is None else checkpoint_query_id(checkpoint)
+    if batch is None or query_id is None:
+        return None
+    fixed = str(pipeline.table("sink")["options"].get("query.id") or query_id)
+    return batch, query_id, list(dict.fromkeys((query_id, fixed)))
+
+
 def check_dedup_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
     """Refuse ``dedup.enabled = false`` on a checkpoint whose query deduplicated and left
     a batch unfinished: without the dedup step the batch's rows land in other sink
@@ -315,15 +328,12 @@ def check_dedup_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) ->
     lost, no error). After a clean stop the step may go. Read-only."""
     if pipeline.table("dedup")["enabled"] or not redis_url:
         return
-    batch = unfinished_batch(checkpoint)
-    if batch is None:
+    unfinished = _unfinished_query(pipeline, checkpoint)
+    if unfinished is None:
         return
     from dedup.catalog import RedisCatalog
 
-    query_id = checkpoint_query_id(checkpoint)
-    if query_id is None:
-        return
-    ids = {query_id, str(pipeline.table("sink")["options"].get("query.id") or query_id)}
+    batch, query_id, ids = unfinished
     catalog = RedisCatalog(dedup_config(pipeline, redis_url))
     if not any(catalog.knows_query(q) for q in ids):
         return
@@ -347,19 +357,16 @@ def check_sink_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> 
     without a Redis (a Kafka sink always has one)."""
     if pipeline.table("sink")["type"] == "kafka" or not redis_url:
         return
-    batch = unfinished_batch(checkpoint)
-    if batch is None:
+    unfinished = _unfinished_query(pipeline, checkpoint)
+    if unfinished is None:
         return
     from dedup.exceptions import SettingChangedError
     from dedup.keys import query_outputs_key
     from dedup.redis_client import connect
 
-    query_id = checkpoint_query_id(checkpoint)
-    if query_id is None:
-        return
-    fixed = str(pipeline.table("sink")["options"].get("query.id") or query_id)
+    batch, _, ids = unfinished
     client = connect(dedup_config(pipeline, redis_url).redis)[0]
-    for query in dict.fromkeys((query_id, fixed)):
+    for query in ids:
         # output -> "<batch it began>:<run id>:<topic>:<cluster id>" (sink_join.lua)
         for output, value in client.hgetall(query_outputs_key(query)).items():
             began, _, rest = (value.decode() if isinstance(value, bytes) else str(value)
