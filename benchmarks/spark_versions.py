@@ -7,10 +7,18 @@ installs it into its own virtual environment (``.venv`` for the default,
 ``pytest tests/integration -m "not cluster"`` runs there. Writes
 ``benchmarks/results/spark_versions.json`` (per version: passed, failed,
 errors, minutes, the commit) and merges ``spark_versions_passed`` (versions
-whose tier passed with nothing failed, at the current commit) into
-``summary.json``. A version already recorded as passed at the current commit
-is not run again (``--force`` reruns it), so an interrupted run resumes where
-it stopped. Not part of pytest: each version takes 10-20 minutes.
+whose tier passed with nothing failed, at a commit whose product and tests
+(``dedup/``, ``sinks/``, ``sources/``, ``tests/``, ``pyproject.toml``) are those of
+the current one) into ``summary.json``. A version already recorded as passed at
+such a commit is not run again (``--force`` reruns it), so an interrupted run
+resumes where it stopped. Not part of pytest: each version takes 10-30 minutes.
+
+Then the version change itself: for each other version set up here,
+``tests/integration/cli/test_spark_upgrade.py`` runs under the default version
+with ``DEDUP_SPARK_UPGRADE_FROM`` naming that version's Python (a batch partly
+committed under one version, finished under the other, both ways); recorded
+under ``upgrades`` and as ``spark_upgrades_passed`` (a skipped test counts as
+not passed).
 """
 
 from __future__ import annotations
@@ -64,7 +72,9 @@ def run_version(root: Path, version: str, default: str, say: Any) -> dict[str, A
     say(f"PySpark {version}: integration tier")
     tests = subprocess.run(
         [str(root / venv / "bin" / "python"), "-m", "pytest", "tests/integration", "-q",
-         "-m", "not cluster", "-p", "no:cacheprovider"],
+         "-m", "not cluster", "-p", "no:cacheprovider",
+         # the version change runs below, with the other version's Python
+         "--ignore=tests/integration/cli/test_spark_upgrade.py"],
         cwd=root, env=env, capture_output=True, text=True, check=False)
     result: dict[str, Any] = {**counts(tests.stdout), "exit": tests.returncode,
                               "minutes": round((time.monotonic() - started) / 60, 1),
@@ -75,13 +85,56 @@ def run_version(root: Path, version: str, default: str, say: Any) -> dict[str, A
     return result
 
 
+UNCHANGED = ("dedup", "sinks", "sources", "tests", "pyproject.toml")
+"""What a recorded result depends on: a later commit with these unchanged keeps it."""
+
+
+def same_code(root: Path, commit: str | None) -> bool:
+    """Whether ``commit``'s product and tests are the current ones (the work tree's)."""
+    if not commit:
+        return False
+    return subprocess.run(["git", "-C", str(root), "diff", "--quiet", commit, "--", *UNCHANGED],
+                          capture_output=True, check=False).returncode == 0
+
+
+def run_upgrade(root: Path, version: str, default: str, say: Any) -> dict[str, Any]:
+    """test_spark_upgrade under ``default`` with ``version`` as the other side."""
+    other = root / f".venv-{version}" / "bin" / "python"
+    if not other.exists():
+        return {"error": f"{other} missing: set up {version} first", "exit": -1}
+    say(f"PySpark {version} <-> {default}: test_spark_upgrade")
+    started = time.monotonic()
+    env = {**os.environ, "DEDUP_SPARK_UPGRADE_FROM": str(other)}
+    tests = subprocess.run(
+        [str(root / ".venv" / "bin" / "python"), "-m", "pytest",
+         "tests/integration/cli/test_spark_upgrade.py", "-q", "-p", "no:cacheprovider"],
+        cwd=root, env=env, capture_output=True, text=True, check=False)
+    result: dict[str, Any] = {**counts(tests.stdout), "exit": tests.returncode,
+                              "minutes": round((time.monotonic() - started) / 60, 1),
+                              "to": default}
+    if tests.returncode != 0:
+        result["failures"] = [line for line in tests.stdout.splitlines()
+                              if line.startswith(("FAILED", "ERROR", "E "))][:20]
+    return result
+
+
+def passed(record: dict[str, Any], root: Path, tests: int = 1, skips: bool = True) -> bool:
+    """A recorded run passed: at least ``tests`` passed, none failed (nor skipped, with
+    ``skips`` False), at a commit with the current code (:func:`same_code`)."""
+    return (record.get("exit") == 0 and record.get("failed") == 0
+            and (skips or record.get("skipped", 0) == 0)
+            and record.get("passed", 0) >= tests and same_code(root, record.get("commit")))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--versions", default="",
                         help="comma-separated PySpark versions (default: set-up's default "
                              f"and {OLDEST})")
     parser.add_argument("--force", action="store_true",
-                        help="rerun versions already recorded as passed at this commit")
+                        help="rerun versions already recorded as passed at this code")
+    parser.add_argument("--upgrades-only", action="store_true",
+                        help="only the version-change test, for versions already set up")
     args = parser.parse_args(argv)
     root = repo_root()
     default = default_version(root)
@@ -90,23 +143,39 @@ def main(argv: list[str] | None = None) -> int:
     path = RESULTS_DIR / "spark_versions.json"
     data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     runs: dict[str, Any] = data.get("versions", {})
+    upgrades: dict[str, Any] = data.get("upgrades", {})
     say = progress("spark_versions")
-    for version in versions:
-        done = runs.get(version, {})
-        if not args.force and done.get("commit") == commit and done.get("exit") == 0:
-            say(f"PySpark {version}: passed at {commit} already")
+
+    def save(**extra: Any) -> None:
+        write_json("spark_versions.json", {"metadata": run_metadata(), "versions": runs,
+                                           "upgrades": upgrades, **extra})
+
+    for version in [] if args.upgrades_only else versions:
+        if not args.force and passed(runs.get(version, {}), root):
+            say(f"PySpark {version}: passed at {runs[version]['commit']} (same code) already")
             continue
         runs[version] = {**run_version(root, version, default, say), "commit": commit,
                          "date": run_metadata()["date"]}
         say(f"PySpark {version}: {runs[version]}")
-        write_json("spark_versions.json", {"metadata": run_metadata(), "versions": runs})
-    passed = sorted(v for v, r in runs.items() if r.get("commit") == commit
-                    and r.get("exit") == 0 and r.get("failed") == 0 and r.get("passed", 0) > 0)
-    write_json("spark_versions.json", {"metadata": run_metadata(), "versions": runs,
-                                       "passed_at_commit": passed})
-    merge_summary({"spark_versions_passed": len(passed)})
-    print(json.dumps({"commit": commit, "passed": passed}))
-    return 0 if set(versions) <= set(passed) else 1
+        save()
+    for version in [v for v in versions if v != default]:
+        if not args.force and passed(upgrades.get(version, {}), root, tests=2, skips=False):
+            say(f"PySpark {version} <-> {default}: passed already")
+            continue
+        upgrades[version] = {**run_upgrade(root, version, default, say), "commit": commit,
+                             "date": run_metadata()["date"]}
+        say(f"PySpark {version} <-> {default}: {upgrades[version]}")
+        save()
+    ok = sorted(v for v, r in runs.items() if passed(r, root))
+    upgraded = sorted(v for v, r in upgrades.items()
+                      if passed(r, root, tests=2, skips=False))
+    save(passed_at_commit=ok, upgrades_passed=upgraded)
+    merge_summary({"spark_versions_passed": len(ok),
+                   "spark_upgrades_passed": len(upgraded)})
+    print(json.dumps({"commit": commit, "passed": ok, "upgrades_passed": upgraded}))
+    wanted = [] if args.upgrades_only else versions
+    return 0 if set(wanted) <= set(ok) and \
+        {v for v in versions if v != default} <= set(upgraded) else 1
 
 
 if __name__ == "__main__":

@@ -16,3 +16,24 @@ def test_counts_read_the_last_summary_line() -> None:
 
 def test_default_version_is_setups() -> None:
     assert default_version(repo_root()).count(".") == 2
+
+
+def test_a_result_counts_only_for_the_code_it_ran() -> None:
+    """A run recorded at this code passes; at an unknown commit, or with a failure, or
+    (for the version change) with a skipped test, it does not."""
+    import subprocess
+
+    from benchmarks.spark_versions import passed, same_code
+
+    root = repo_root()
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    here = same_code(root, head)  # False only while the work tree has uncommitted code
+    good = {"commit": head, "exit": 0, "failed": 0, "passed": 2, "skipped": 0}
+    assert passed(good, root, tests=2, skips=False) is here
+    assert not passed({**good, "commit": "0" * 40}, root)
+    assert not same_code(root, None)
+    assert not passed({**good, "failed": 1, "exit": 1}, root)
+    assert not passed({**good, "skipped": 2, "passed": 0}, root, tests=2, skips=False)
+    assert not passed({**good, "skipped": 1}, root, tests=2, skips=False)
+    assert passed({**good, "skipped": 1}, root) is here
