@@ -7,6 +7,7 @@ together (the CLI composes; the packages never import each other upward).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -422,6 +423,51 @@ def check_source_path_kept(pipeline: PipelineFile, checkpoint: str) -> None:
                 "then drops the records read again)")
 
 
+SPARK_STAMP = "dedup-spark-version"
+"""A file of ``dedup run``'s in the Spark checkpoint's folder: the newest Spark version
+that ran the checkpoint (Spark ignores files it does not know there)."""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def check_spark_version_kept(spark_version: str, checkpoint: str) -> None:
+    """Refuse a Spark older than the newest that ran ``checkpoint``: an older Spark
+    cannot read a newer one's checkpoint (4.1.1 on 4.2.0's died with a bare
+    "Cannot invoke ...IterableOps.map... Option.get() is null"; found by
+    tests/integration/cli/test_spark_upgrade.py). An upgrade passes. Read-only."""
+    from dedup.exceptions import SettingChangedError
+
+    root = _local_root(checkpoint)
+    try:
+        newest = "" if root is None else (root / SPARK_STAMP).read_text().strip()
+    except OSError:
+        return  # a new checkpoint, or one no dedup run has stamped yet
+    if newest and _version(spark_version) < _version(newest):
+        raise SettingChangedError(
+            f"Spark {spark_version} cannot resume checkpoint {checkpoint}: Spark {newest} "
+            "ran it last, and an older Spark cannot read a newer one's checkpoint (it fails "
+            f"with a bare Scala error). Run this checkpoint with Spark {newest} or later")
+
+
+def record_spark_version(spark_version: str, checkpoint: str) -> None:
+    """Stamp ``checkpoint`` with ``spark_version`` when it is the newest that ran it
+    (:func:`check_spark_version_kept`). Safe to repeat. A stamp that cannot be written
+    leaves Spark's own refusal of a downgrade, which is fail-closed too."""
+    root = _local_root(checkpoint)
+    if root is None:
+        return
+    stamp = root / SPARK_STAMP
+    try:
+        newest = stamp.read_text().strip() if stamp.exists() else ""
+        if not newest or _version(spark_version) > _version(newest):
+            root.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(spark_version + "\n")
+    except OSError:
+        pass
+
+
 def check_catalog_knows(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
     """Refuse to resume a checkpoint with committed batches against a Redis that has no
     record of its query (another URL, a replaced or flushed Redis): the IDs claimed so
@@ -461,7 +507,9 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     committed batches that the Redis has no record of (:func:`check_catalog_knows`),
     or when the dedup step is turned off (:func:`check_dedup_kept`) or the Kafka sink
     replaced (:func:`check_sink_kept`) with a batch unfinished, or when a files
-    source's path no longer holds its last batch's files (:func:`check_source_path_kept`).
+    source's path no longer holds its last batch's files (:func:`check_source_path_kept`),
+    or when a Spark older than the last one resumes the checkpoint
+    (:func:`check_spark_version_kept`).
     ``transform`` is user code between the dedup step and the sink (the chaos
     runner's non-deterministic step); the pipeline file has none. A
     ``watcher`` of the query is given the one-pass step's counts, which
@@ -471,6 +519,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     check_dedup_kept(pipeline, addresses.redis_url, checkpoint)
     check_sink_kept(pipeline, addresses.redis_url, checkpoint)
     check_source_path_kept(pipeline, checkpoint)
+    check_spark_version_kept(spark.version, checkpoint)
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
     dead_letter = any(str(k).lower() == "dead.letter.topic" for k in sink["options"])
@@ -528,6 +577,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     writer = writer.option("checkpointLocation", checkpoint).queryName(pipeline.app_id)
     writer = writer.trigger(processingTime=f"{run['trigger_seconds']} seconds")
     query = writer.start()
+    record_spark_version(spark.version, checkpoint)
     if options is not None and not one_pass:  # one pass: its sink releases by itself
         import sinks
 
