@@ -8,7 +8,8 @@ installs it into its own virtual environment (``.venv`` for the default,
 ``benchmarks/results/spark_versions.json`` (per version: passed, failed,
 errors, minutes, the commit) and merges ``spark_versions_passed`` (versions
 whose tier passed with nothing failed, at a commit whose product and tests
-(``dedup/``, ``sinks/``, ``sources/``, ``tests/``, ``pyproject.toml``) are those of
+(``dedup/``, ``sinks/``, ``sources/``, ``tests/integration/``, ``tests/conftest.py``,
+``pyproject.toml``) are those of
 the current one) into ``summary.json``. A version already recorded as passed at
 such a commit is not run again (``--force`` reruns it), so an interrupted run
 resumes where it stopped. Not part of pytest: each version takes 10-30 minutes.
@@ -85,7 +86,8 @@ def run_version(root: Path, version: str, default: str, say: Any) -> dict[str, A
     return result
 
 
-UNCHANGED = ("dedup", "sinks", "sources", "tests", "pyproject.toml")
+UNCHANGED = ("dedup", "sinks", "sources", "tests/integration", "tests/conftest.py",
+             "pyproject.toml")
 """What a recorded result depends on: a later commit with these unchanged keeps it."""
 
 
