@@ -6,6 +6,7 @@ together (the CLI composes; the packages never import each other upward).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Callable
@@ -597,7 +598,12 @@ def source_done(pipeline: PipelineFile, watcher: QueryWatcher) -> bool:
             try:
                 end = json.loads(end)
             except ValueError:
-                continue
+                # PySpark 4.1 reports a Python data source's offset as the dict's
+                # Python text ({'row': 300}), 4.2 as JSON
+                try:
+                    end = ast.literal_eval(end)
+                except (ValueError, SyntaxError):
+                    continue
         if isinstance(end, dict) and int(end.get("row", -1)) >= src["total_rows"]:
             return True
     return False
