@@ -557,7 +557,7 @@ def _write_files(folder: Any, first: int, files: int, expected: dict[str, bytes]
         os.replace(staged, folder / name)
 
 
-@pytest.mark.parametrize("kind", ["same-rows", "other-rows"])
+@pytest.mark.parametrize("kind", ["same-rows", "same-rows-new-checkpoint", "other-rows"])
 def test_files_source_keys_changed_mid_batch(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_checkpoint: str, tmp_path: Any, kind: str) -> None:
@@ -567,7 +567,9 @@ def test_files_source_keys_changed_mid_batch(
     source reads the last planned batch's files again, by the names in its log, and
     they are not under the new path: Spark's own error says only "Wrong basePath"),
     writing nothing; as the refusal says, the old path restored (and
-    ``max_files_per_trigger`` changed alone mid-batch) is exact. Other rows:
+    ``max_files_per_trigger`` changed alone mid-batch) is exact, and so is its advice
+    for the move: the old path until the batch is committed, then the new path with a
+    new checkpoint (the catalog drops the records read again). Other rows:
     ``format`` json -> csv and ``schema`` (``value`` an int) make the replayed batch's
     rows other records with other IDs, refused at the first claim ("make the source
     replayable"); as it says, the old keys until the batch is committed, with more
@@ -586,7 +588,8 @@ def test_files_source_keys_changed_mid_batch(
     partial = check_exact(kafka_bootstrap, out, expected)
     assert partial.lost > 0 and (partial.duplicated, partial.phantoms) == (0, 0), \
         partial.summary()
-    if kind == "same-rows":
+    checkpoint = tmp_checkpoint
+    if kind.startswith("same-rows"):
         moved = tmp_path / "moved"
         shutil.copytree(old, moved)
         error = _run(spark, _files_pipeline(app_id, out, moved, max_files_per_trigger="1"),
@@ -595,8 +598,19 @@ def test_files_source_keys_changed_mid_batch(
         # again, by the names in its log, and they are not under the new path
         assert "SettingChangedError" in error and f"restore source.path {str(old)!r}" \
             in error, f"not refused: {error!r}"
-        # the advice (max_files_per_trigger changed alone mid-batch)
-        after = _files_pipeline(app_id, out, old, max_files_per_trigger="1")
+        if kind == "same-rows":
+            # the advice (max_files_per_trigger changed alone mid-batch)
+            after = _files_pipeline(app_id, out, old, max_files_per_trigger="1")
+        else:
+            # its other advice, for the move: the old path until the unfinished batch
+            # is committed, then the new path with a new checkpoint (a new checkpoint
+            # at once was refused: the batch's claims belong to the old query)
+            assert "to move to the new path, restore it until batch 1 is committed (run " \
+                "once), then start with a new checkpoint" in error, error
+            assert not _run(spark, _files_pipeline(app_id, out, old, max_files_per_trigger="1"),
+                            addresses, tmp_checkpoint)
+            after = _files_pipeline(app_id, out, moved, max_files_per_trigger="1")
+            checkpoint, old = f"{tmp_checkpoint}-new", moved
     else:
         error = _run(spark, _files_pipeline(app_id, out, old, format='"csv"',
                                             schema='"id string, value int"'),
@@ -606,6 +620,6 @@ def test_files_source_keys_changed_mid_batch(
         after = before  # the advice: the old keys until the batch is committed
     assert check_exact(kafka_bootstrap, out, expected).observed == partial.observed
     _write_files(old, 150, 2, expected, copies=30)  # more input, copies included
-    assert not _run(spark, after, addresses, tmp_checkpoint)
+    assert not _run(spark, after, addresses, checkpoint)
     final = check_exact(kafka_bootstrap, out, expected)
     assert final.ok and final.open_transactions == 0, f"{kind}: {final.summary()}"
