@@ -415,13 +415,19 @@ def check_source_path_kept(pipeline: PipelineFile, checkpoint: str) -> None:
     for file in files:
         local = Path(file.removeprefix("file://").removeprefix("file:")).resolve()
         if root != local and root not in local.parents:
+            # A new checkpoint while a batch is unfinished is refused in turn (the
+            # batch's claims belong to the old query): the move waits for the batch.
+            batch = unfinished_batch(checkpoint)
+            move = ("start with a new checkpoint" if batch is None else
+                    f"to move to the new path, restore it until batch {batch} is committed "
+                    "(run once), then start with a new checkpoint")
             raise SettingChangedError(
                 f"source.path is {path!r}, but checkpoint {checkpoint} holds a file source "
                 f"whose last batch read {file}, which Spark reads again at every start and "
                 f"would not find under that path (it fails with 'Wrong basePath'): restore "
                 f"source.path {str(local.parent)!r} (or a folder that holds it) for as long "
-                "as this checkpoint is kept, or start with a new checkpoint (the catalog "
-                "then drops the records read again)")
+                f"as this checkpoint is kept, or {move} (the catalog then drops the records "
+                "read again)")
 
 
 SPARK_STAMP = "dedup-spark-version"
