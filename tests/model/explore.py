@@ -67,6 +67,10 @@ BOUNDS: dict[str, dict[str, object]] = {
     "small": dict(batches=INPUT_SMALL, workers=2, crashes=1, zombies=0, kinds=_ALL_BUT_ZOMBIE),
     # One zombie plus one failure of any kind.
     "zombie": dict(batches=INPUT_SMALL, workers=2, crashes=1, zombies=1, kinds=FAILURE_KINDS),
+    # The issue's bound: up to 2 crashes (a fail-point's raise in a task, a Python
+    # worker's SIGKILL at any step, the driver's kill) and 1 zombie.
+    "crashes2": dict(batches=INPUT_SMALL, workers=2, crashes=2, zombies=1,
+                     kinds=("failpoint", "kill", "driver", "zombie")),
     # Up to 2 failures of any kind and 1 zombie: bounded by --max-seconds on this machine.
     "full": dict(batches=INPUT_SMALL, workers=2, crashes=2, zombies=1, kinds=FAILURE_KINDS),
     # Two shards per partition (a, c in partition 0's shards 0 and 2), the driver's kill and
