@@ -211,3 +211,26 @@ def test_the_sinks_redis_commands_ride_out_a_failover(redis_cluster: LocalRedisC
         redis_cluster.wait_healthy()
     # a repeat of a write whose reply was lost finds its own checkpoint
     assert store.put_if_absent("q", 1, 0, b"batch 1")[0] == b"batch 1"
+
+
+def test_a_node_whose_port_is_taken_at_its_first_start_gets_other_ports(tmp_path: Any) -> None:
+    """A node's client or cluster-bus port taken between the choice and the bind (a
+    client's outgoing connection in the ephemeral range; seen in the fresh-clone check:
+    'Failed listening on port 45881 (cluster), aborting') is given other free ports at
+    the cluster's first start, instead of failing the tests that use it."""
+    import socket
+
+    cluster = LocalRedisCluster(tmp_path / "c", primaries=3, replicas=0)
+    bus = int(cluster.nodes[1].extra_args[-1])
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", bus))
+    holder.listen()
+    try:
+        cluster.start()
+        assert int(cluster.nodes[1].extra_args[-1]) != bus
+        ports = [n.port for n in cluster.nodes] + [int(n.extra_args[-1]) for n in cluster.nodes]
+        assert len(set(ports)) == len(ports)
+    finally:
+        holder.close()
+        for node in cluster.nodes:
+            node.stop()
