@@ -14,13 +14,12 @@ of a production cluster. ``kill(node)`` is the kill -9 of one node and
 from __future__ import annotations
 
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from dedup.exceptions import ServiceError
-from dedup.local.services import KafkaBroker, kafka_cluster_id
+from dedup.local.services import KafkaBroker, free_ports, kafka_cluster_id
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
@@ -50,21 +49,6 @@ class PartitionState(NamedTuple):
     leader: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (``free_port()`` twice may return one port
-    twice: the first socket is closed before the second binds)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def java_string_hash(text: str) -> int:
@@ -114,7 +98,7 @@ class KafkaCluster:
             raise ValueError(f"a Kafka cluster needs at least one node, not {nodes}")
         self.data_dir = Path(data_dir)
         self.cluster_id = kafka_cluster_id()
-        free = _free_ports(2 * nodes)
+        free = free_ports(2 * nodes)
         ports = {node: (free[2 * node - 2], free[2 * node - 1]) for node in range(1, nodes + 1)}
         voters = ",".join(f"{node}@127.0.0.1:{controller}"
                           for node, (_, controller) in ports.items())

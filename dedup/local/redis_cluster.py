@@ -10,6 +10,7 @@ the failover tests and the chaos kind need.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from dedup.exceptions import ServiceError
 from dedup.local.paths import require_program
-from dedup.local.services import RedisServer, free_port
+from dedup.local.services import RedisServer, free_ports
 
 
 class LocalRedisCluster:
@@ -59,14 +60,17 @@ class LocalRedisCluster:
                 # a replica that lost its primary long ago still takes over: the
                 # tests kill primaries whose replicas are in sync
                 "--cluster-replica-validity-factor", "0")
+        self._args = args
         # The bus port is given, not left at port + 10000, which may be taken (or
-        # above 65535 for a free port that high).
+        # above 65535 for a free port that high); all ports distinct.
+        count = primaries * (1 + replicas)
+        ports = free_ports(2 * count)
         self.nodes = [
-            RedisServer(self.data_dir / f"node{i}", port=free_port(), appendonly=True,
+            RedisServer(self.data_dir / f"node{i}", port=ports[i], appendonly=True,
                         appendfsync=appendfsync, die_with_parent=die_with_parent,
-                        extra_args=(*args, "--cluster-port", str(free_port())),
+                        extra_args=(*args, "--cluster-port", str(ports[count + i])),
                         password=password, tls=tls)
-            for i in range(primaries * (1 + replicas))
+            for i in range(count)
         ]
 
     @property
@@ -90,7 +94,7 @@ class LocalRedisCluster:
         """Start every node, create the cluster on first use, wait until it serves all
         slots. Safe to call when running."""
         for node in self.nodes:
-            node.start()
+            self._start_node(node)
         if not self._created():
             cli = require_program("redis-cli", "install Debian's package: apt-get install "
                                   "redis-tools")
@@ -108,6 +112,25 @@ class LocalRedisCluster:
                                    f"{(result.stderr or result.stdout).strip()[-800:]}")
         self.wait_healthy(timeout)
         return self
+
+    def _start_node(self, node: RedisServer, attempts: int = 3) -> None:
+        """Start ``node``; at its first start (no ``nodes.conf`` yet), a port taken
+        since it was chosen (a client's outgoing connection may hold any port of the
+        ephemeral range) gets the node other free ports, up to ``attempts`` times."""
+        first = not (node.data_dir / "nodes.conf").exists()
+        for attempt in range(attempts):
+            try:
+                node.start()
+                return
+            except ServiceError as exc:
+                if not first or "Address already in use" not in str(exc) or \
+                        attempt == attempts - 1:
+                    raise
+            shutil.rmtree(node.data_dir, ignore_errors=True)
+            taken = {n.port for n in self.nodes} | {int(n.extra_args[-1]) for n in self.nodes}
+            port, bus = [p for p in free_ports(2 + len(taken)) if p not in taken][:2]
+            node.port = port
+            node.extra_args = (*self._args, "--cluster-port", str(bus))
 
     def _created(self) -> bool:
         return bool(self._info(self.nodes[0]).get("cluster_known_nodes", "1") != "1")
