@@ -71,18 +71,25 @@ def run_version(root: Path, version: str, default: str, say: Any) -> dict[str, A
     if setup.returncode != 0:
         return {"setup_exit": setup.returncode, "error": setup.stderr.strip()[-500:]}
     say(f"PySpark {version}: integration tier")
+    # the version change runs later, with the other version's Python
+    return {**_pytest(root, venv, env, started,
+                      ["tests/integration", "-m", "not cluster",
+                       "--ignore=tests/integration/cli/test_spark_upgrade.py"]),
+            "venv": venv}
+
+
+def _pytest(root: Path, venv: str, env: dict[str, str], started: float,
+            args: list[str]) -> dict[str, Any]:
+    """pytest under ``venv``'s Python: its counts, exit, minutes since ``started``, and
+    the first failure lines."""
     tests = subprocess.run(
-        [str(root / venv / "bin" / "python"), "-m", "pytest", "tests/integration", "-q",
-         "-m", "not cluster", "-p", "no:cacheprovider",
-         # the version change runs below, with the other version's Python
-         "--ignore=tests/integration/cli/test_spark_upgrade.py"],
-        cwd=root, env=env, capture_output=True, text=True, check=False)
+        [str(root / venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         *args], cwd=root, env=env, capture_output=True, text=True, check=False)
     result: dict[str, Any] = {**counts(tests.stdout), "exit": tests.returncode,
-                              "minutes": round((time.monotonic() - started) / 60, 1),
-                              "venv": venv}
+                              "minutes": round((time.monotonic() - started) / 60, 1)}
     if tests.returncode != 0:
         result["failures"] = [line for line in tests.stdout.splitlines()
-                              if line.startswith(("FAILED", "ERROR"))][:20]
+                              if line.startswith(("FAILED", "ERROR", "E "))][:20]
     return result
 
 
@@ -107,17 +114,8 @@ def run_upgrade(root: Path, version: str, default: str, say: Any) -> dict[str, A
     say(f"PySpark {version} <-> {default}: test_spark_upgrade")
     started = time.monotonic()
     env = {**os.environ, "DEDUP_SPARK_UPGRADE_FROM": str(other)}
-    tests = subprocess.run(
-        [str(root / ".venv" / "bin" / "python"), "-m", "pytest",
-         "tests/integration/cli/test_spark_upgrade.py", "-q", "-p", "no:cacheprovider"],
-        cwd=root, env=env, capture_output=True, text=True, check=False)
-    result: dict[str, Any] = {**counts(tests.stdout), "exit": tests.returncode,
-                              "minutes": round((time.monotonic() - started) / 60, 1),
-                              "to": default}
-    if tests.returncode != 0:
-        result["failures"] = [line for line in tests.stdout.splitlines()
-                              if line.startswith(("FAILED", "ERROR", "E "))][:20]
-    return result
+    return {**_pytest(root, ".venv", env, started,
+                      ["tests/integration/cli/test_spark_upgrade.py"]), "to": default}
 
 
 def passed(record: dict[str, Any], root: Path, tests: int = 1, skips: bool = True) -> bool:
