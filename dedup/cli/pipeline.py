@@ -463,13 +463,14 @@ def record_spark_version(spark_version: str, checkpoint: str) -> None:
     (:func:`check_spark_version_kept`). Safe to repeat. A stamp that cannot be written
     leaves Spark's own refusal of a downgrade, which is fail-closed too."""
     root = _local_root(checkpoint)
-    if root is None:
+    # Spark made the folder at start; none here means the checkpoint is another
+    # machine's (a remote Connect server): nothing to stamp on this one.
+    if root is None or not root.is_dir():
         return
     stamp = root / SPARK_STAMP
     try:
         newest = stamp.read_text().strip() if stamp.exists() else ""
         if not newest or _version(spark_version) > _version(newest):
-            root.mkdir(parents=True, exist_ok=True)
             stamp.write_text(spark_version + "\n")
     except OSError:
         pass

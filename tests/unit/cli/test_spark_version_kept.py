@@ -16,6 +16,9 @@ from dedup.exceptions import SettingChangedError
 def test_an_older_spark_is_refused_and_a_newer_one_moves_the_stamp(tmp_path: Path) -> None:
     checkpoint = str(tmp_path / "chk")
     check_spark_version_kept("4.0.0", checkpoint)  # no checkpoint yet: nothing to compare
+    record_spark_version("4.1.1", checkpoint)  # no folder here (another machine's)
+    assert not (tmp_path / "chk").exists()
+    (tmp_path / "chk").mkdir()  # as Spark makes it at the query's start
     record_spark_version("4.1.1", checkpoint)
     check_spark_version_kept("4.1.1", checkpoint)
     check_spark_version_kept("4.2.0", checkpoint)  # an upgrade passes
