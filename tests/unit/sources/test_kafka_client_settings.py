@@ -52,3 +52,13 @@ def test_pipeline_file_takes_spark_source_options_dotted_or_quoted() -> None:
     assert pipeline.table("source")["options"] == {
         "kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "PEM",
         "minPartitions": "4"}
+
+
+def test_topic_ids_of_a_source_with_no_python_client_counterpart_are_unknown(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A JKS trust store has no librdkafka counterpart: no ids, a warning, no contact."""
+    from sources.kafka import topic_ids
+
+    jks = {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/t.jks"}
+    assert topic_ids("127.0.0.1:1", ["t"], jks) == {}
+    assert "not detected" in caplog.text

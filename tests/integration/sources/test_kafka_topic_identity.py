@@ -1,0 +1,143 @@
+"""The input topic replaced under a kept app id (issue 33: the surface's untested rows).
+
+The Kafka source's default record IDs are coordinates, ``topic/partition/offset``.
+A topic deleted and created again, or the same name on another Kafka cluster, starts
+its offsets again at 0: its records repeat coordinates that the app id has claimed,
+and the dedup step would drop them as duplicates of records they are not. ``dedup
+run``'s query (``start_query``, one pass, IDs of the default strategy) reads 200
+records and stops; the topic is created again with 200 other records; the query
+starts again with a new checkpoint. The output is read back ``read_committed`` and
+counted by record key (the coordinates of the two topics coincide, so the ID header
+cannot tell their records apart): lost, duplicated, foreign, each apart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from dedup.cli.config_file import parse_pipeline
+from dedup.cli.pipeline import Addresses, start_query
+from sinks.kafka_io import consume_all, ensure_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
+              pytest.mark.redis]
+
+RECORDS = 200
+PARTITIONS = 2
+
+
+def _pipeline(app_id: str, source: str, out: str) -> Any:
+    return parse_pipeline(
+        f'app_id = "{app_id}"\n'
+        f'[source]\ntype = "kafka"\ntopics = ["{source}"]\nmax_offsets_per_trigger = 150\n'
+        '[dedup]\nnum_shards = 4\n'
+        f'[sink]\ntopic = "{out}"\nvalue_column = "value"\n'
+        "[run]\ntrigger_seconds = 0\n")
+
+
+def _run(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: str) -> str:
+    """Run the query until its input is consumed; its error as text, "" if none."""
+    try:
+        query = start_query(spark, pipeline, addresses, checkpoint)
+    except Exception as exc:  # a refusal at start
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        query.processAllAvailable()
+    except Exception:  # the query's error, read below
+        pass
+    finally:
+        query.stop()
+    error = query.exception()
+    return "" if error is None else f"{type(error).__name__}: {error}"
+
+
+def _produce(bootstrap: str, topic: str, prefix: str) -> dict[str, bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    sent: dict[str, bytes] = {}
+    for i in range(RECORDS):
+        key, value = f"{prefix}-{i:05d}", f"{prefix}-value-{i}".encode()
+        producer.produce(topic, key=key.encode(), value=value, partition=i % PARTITIONS)
+        sent[key] = value
+    assert producer.flush(30) == 0
+    return sent
+
+
+def _recreate(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` and create it again (a new topic id, offsets from 0)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic], operation_timeout=30)[topic].result()
+    deadline = time.monotonic() + 60
+    while True:  # the deletion completes in the background
+        try:
+            admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _by_key(bootstrap: str, topic: str, expected: dict[str, bytes]) -> dict[str, int]:
+    """The output against ``expected``, by record key."""
+    seen = Counter()
+    wrong = 0
+    for record in consume_all(bootstrap, topic, "read_committed"):
+        key = (record.key or b"").decode()
+        seen[key] += 1
+        wrong += key in expected and record.value != expected[key]
+    return {"lost": sum(1 for k in expected if k not in seen),
+            "duplicated": sum(n - 1 for k, n in seen.items() if n > 1),
+            "phantoms": sum(n for k, n in seen.items() if k not in expected),
+            "mismatched": wrong}
+
+
+def test_a_recreated_input_topic_under_coordinate_ids_is_refused_until_a_new_app_id(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_path: Any) -> None:
+    """The input topic deleted and created again with other records, the app id kept,
+    a new checkpoint: refused at start (the new records' coordinates are claimed);
+    as the refusal says, a new app id with a new checkpoint: every record of both
+    topics in the output once."""
+    source, out = f"{app_id}-in", f"{app_id}-out"
+    ensure_topic(kafka_bootstrap, source, PARTITIONS)
+    ensure_topic(kafka_bootstrap, out, PARTITIONS)
+    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    expected = _produce(kafka_bootstrap, source, "old")
+    assert not _run(spark, _pipeline(app_id, source, out), addresses,
+                    str(tmp_path / "first"))
+    assert _by_key(kafka_bootstrap, out, expected) == \
+        {"lost": 0, "duplicated": 0, "phantoms": 0, "mismatched": 0}
+    _recreate(kafka_bootstrap, source)
+    expected |= _produce(kafka_bootstrap, source, "new")
+    error = _run(spark, _pipeline(app_id, source, out), addresses, str(tmp_path / "second"))
+    assert "SettingChangedError" in error and "new app id" in error, \
+        f"not refused: {error!r}; output {_by_key(kafka_bootstrap, out, expected)}"
+    # as the refusal says: a new app id, with a new checkpoint
+    assert not _run(spark, _pipeline(f"{app_id}-2", source, out), addresses,
+                    str(tmp_path / "third"))
+    assert _by_key(kafka_bootstrap, out, expected) == \
+        {"lost": 0, "duplicated": 0, "phantoms": 0, "mismatched": 0}
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_topic_ids_name_each_topic_and_change_when_it_is_created_again(
+        kafka_bootstrap: str, app_id: str, missing: bool) -> None:
+    """``topic_ids`` gives each existing topic's Kafka id, another once the topic is
+    created again, and leaves out a topic not created yet."""
+    from sources.kafka import topic_ids
+
+    topic = f"{app_id}-t"
+    ensure_topic(kafka_bootstrap, topic, PARTITIONS)
+    names = [topic, f"{app_id}-absent"] if missing else [topic]
+    first = topic_ids(kafka_bootstrap, names)
+    assert list(first) == [topic] and len(first[topic]) == 22, first  # base64 of a UUID
+    assert topic_ids(kafka_bootstrap, names) == first
+    _recreate(kafka_bootstrap, topic)
+    again = topic_ids(kafka_bootstrap, names)
+    assert list(again) == [topic] and again[topic] != first[topic], (first, again)
