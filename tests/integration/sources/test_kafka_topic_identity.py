@@ -85,7 +85,7 @@ def _recreate(bootstrap: str, topic: str) -> None:
 
 def _by_key(bootstrap: str, topic: str, expected: dict[str, bytes]) -> dict[str, int]:
     """The output against ``expected``, by record key."""
-    seen = Counter()
+    seen: Counter[str] = Counter()
     wrong = 0
     for record in consume_all(bootstrap, topic, "read_committed"):
         key = (record.key or b"").decode()
