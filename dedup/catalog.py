@@ -14,8 +14,9 @@ call stays within one Redis Cluster slot:
                               a string of 16-byte ID digests (``idstore.lua``; all
                               expire together)
 ``dedup:{app}:meta``          hash: the layout settings recorded on first use
-                              (:data:`LAYOUT_SETTINGS`) and ``replicas``, the
-                              replicas every claim waits for
+                              (:data:`LAYOUT_SETTINGS`), ``replicas``, the
+                              replicas every claim waits for, and under coordinate
+                              IDs ``kafka_topic_id:<topic>``, the topic's Kafka id
 ``dedup:{app:s3}:ack``        string: written before a ``WAIT`` that must cover a
                               replayed decision (expires)
 ``dedup:{app}:lease``         hash: owner (query id), until (ms), fence, checked: the
@@ -946,6 +947,9 @@ def format_refusal(app_id: str, found: str, num_shards: int) -> str:
 
 LAYOUT_SETTINGS = ("num_shards", "num_partitions", "placement", "bucket_seconds", "id_strategy")
 """Settings that decide where a record goes, recorded per app id on first use."""
+KAFKA_TOPIC_FIELD = "kafka_topic_id:"
+"""Prefix of the meta field recording, for coordinate IDs, the id of the Kafka topic
+of that name the app id read (:func:`dedup.ids.tag_kafka_topic_ids`)."""
 
 
 def _check_safe_settings(client: Any, url: str) -> None:

@@ -30,7 +30,8 @@ Five strategies, all computed with Spark's native expressions (no Python UDF):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
@@ -193,3 +194,30 @@ def record_id_strategy(df: DataFrame, id_column: str) -> str:
     """How ``df[id_column]`` was derived (``""`` when not by this toolkit)."""
     metadata = df.schema[id_column].metadata or {}
     return str(metadata.get(ID_STRATEGY_METADATA, ""))
+
+
+KAFKA_TOPIC_IDS_METADATA = "dedup.kafka_topic_ids"
+"""Column metadata key holding, for coordinate IDs, the Kafka topic ids (JSON) of the
+topics the coordinates belong to."""
+
+
+def tag_kafka_topic_ids(df: DataFrame, id_column: str, topic_ids: Mapping[str, str],
+                        ) -> DataFrame:
+    """``df`` whose coordinate IDs (strategy ``kafka``) name the topics they belong to.
+
+    A topic deleted and created again, or one of the same name on another Kafka
+    cluster, numbers its offsets from 0 again: its records get the coordinates of
+    the old topic's records and would be dropped as their duplicates. The dedup
+    operator records each topic's id (``topic_ids``: name -> Kafka topic id) per app id
+    and refuses another topic under a recorded name. Pure projection; safe to repeat.
+    """
+    metadata = {ID_STRATEGY_METADATA: "kafka",
+                KAFKA_TOPIC_IDS_METADATA: json.dumps(dict(sorted(topic_ids.items())))}
+    return df.withColumn(id_column, df[id_column].alias(id_column, metadata=metadata))
+
+
+def kafka_topic_ids(df: DataFrame, id_column: str) -> dict[str, str]:
+    """The topic ids :func:`tag_kafka_topic_ids` put on ``df[id_column]`` ({} if none)."""
+    metadata = df.schema[id_column].metadata or {}
+    raw = metadata.get(KAFKA_TOPIC_IDS_METADATA)
+    return {str(k): str(v) for k, v in json.loads(raw).items()} if raw else {}

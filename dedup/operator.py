@@ -18,10 +18,10 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from dedup.catalog import RedisCatalog
+from dedup.catalog import KAFKA_TOPIC_FIELD, RedisCatalog
 from dedup.config import DedupConfig, InvalidIdPolicy
 from dedup.exceptions import ConfigError, RecordIdError, SettingChangedError
-from dedup.ids import canonical_tag, record_id_strategy
+from dedup.ids import canonical_tag, kafka_topic_ids, record_id_strategy
 from dedup.metrics import (
     INVALID_ID,
     KEPT,
@@ -215,11 +215,14 @@ class Deduplicator:
         wanted_partitions = explicit or int(spark.conf.get("spark.sql.shuffle.partitions")
                                             or 200)
         strategy = record_id_strategy(df, cfg.id_column)
+        topics = kafka_topic_ids(df, cfg.id_column) if canonical_tag(strategy) == "kafka" \
+            else {}
         recorded = self.catalog.check_setup({
             "num_partitions": str(wanted_partitions),
             "placement": PLACEMENT_SCHEME,
             "bucket_seconds": str(cfg.retention.bucket_seconds),
             "id_strategy": strategy,
+            **{KAFKA_TOPIC_FIELD + name: topic_id for name, topic_id in topics.items()},
         })
         app = cfg.app_id
         self._replicas = int(recorded.get("replicas", 0))
@@ -251,6 +254,18 @@ class Deduplicator:
                 "id_strategy", strategy,
                 "the same records would get other IDs and pass as new",
                 f"derive IDs as before ({before})", label="record id strategy")
+        for name, topic_id in sorted(topics.items()):
+            before_id = recorded.get(KAFKA_TOPIC_FIELD + name, topic_id)
+            if before_id != topic_id:
+                raise SettingChangedError(
+                    f"app id {app!r}: input topic {name!r} is not the topic this app id read "
+                    f"(topic id {before_id} recorded, now {topic_id}: deleted and created "
+                    "again, or another Kafka cluster's); its record IDs are coordinates "
+                    "(topic/partition/offset) that repeat the old topic's, so its records "
+                    "would be dropped as their duplicates: read the old topic again, or "
+                    "use a new app id with a new checkpoint (starting offsets where the new "
+                    "topic is to be read from; an empty catalog: duplicates of the records "
+                    "emitted before then pass)")
         pinned = int(recorded.get("num_partitions", wanted_partitions))
         if pinned != wanted_partitions:
             if explicit is not None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dedup.constants import DEFAULT_ID_COLUMN, RECORD_ID_HEADER
-from dedup.ids import with_record_id
+from dedup.ids import tag_kafka_topic_ids, with_record_id
 from sources._ids import source_strategy
 from sources.exceptions import SourceConfigError
 
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
 # Options this helper owns; passing them through ``options`` would silently
 # undo the guarantee (an uncommitted read sees aborted transactions).
 _FORCED = {"kafka.isolation.level": "read_committed", "includeHeaders": "true"}
+_DESCRIBE_TIMEOUT_S = 15.0
+# What a broker reports for a topic that has no id (a release before topic ids).
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+log = logging.getLogger(__name__)
 _JAAS_FIELD = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -107,7 +112,8 @@ def read_kafka(
         Columns ``key``, ``value`` (binary), ``topic``, ``partition``,
         ``offset``, ``timestamp``, ``timestampType``, ``headers`` and ``id_column``
         (none with no strategy).
-        Building it contacts nothing; the query fails at start if Kafka is down.
+        Building it asks the cluster for the topics' ids (strategy ``kafka`` only,
+        :func:`topic_ids`); the query fails at start if Kafka is down.
 
     Raises
     ------
@@ -142,5 +148,57 @@ def read_kafka(
     df = reader.load()
     if strategy is None:
         return df
-    return with_record_id(df, strategy, columns=columns, column=key_column,
-                          output_column=id_column, header=header)
+    df = with_record_id(df, strategy, columns=columns, column=key_column,
+                        output_column=id_column, header=header)
+    if strategy == "kafka":
+        known = topic_ids(bootstrap_servers, subscribe.split(","), extra)
+        if known:
+            df = tag_kafka_topic_ids(df, id_column, known)
+    return df
+
+
+def topic_ids(bootstrap_servers: str, topics: Sequence[str],
+              options: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Kafka topic id of each of ``topics`` that exists, as a client with the
+    source's ``options`` reads it (one metadata round trip). Safe to repeat.
+
+    Best effort: a topic not created yet is left out (Spark waits for it), and when
+    the cluster cannot be asked (unreachable, a security setting with no Python
+    client counterpart, a broker without topic ids) the result is ``{}`` with a
+    warning, and the check that needs it (a topic replaced under coordinate IDs,
+    :func:`dedup.ids.tag_kafka_topic_ids`) is left undone for this start.
+    """
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    settings = client_settings(options or {})
+    if settings is None:
+        log.warning("read_kafka: the source's security settings have no Python client "
+                    "counterpart here, so a topic replaced under coordinate IDs is not "
+                    "detected at this start")
+        return {}
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **settings})
+    found: dict[str, str] = {}
+    try:
+        futures = admin.describe_topics(TopicCollection(list(topics)),
+                                        request_timeout=_DESCRIBE_TIMEOUT_S)
+    except KafkaException as exc:
+        log.warning("read_kafka: cannot read the topic ids of %s (%s): a topic replaced "
+                    "under coordinate IDs is not detected at this start", topics, exc)
+        return {}
+    for name, future in futures.items():
+        try:
+            description = future.result()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() in (
+                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                continue  # not created yet: Spark waits for it, nothing claimed under it
+            log.warning("read_kafka: cannot read the topic id of %r (%s): a topic "
+                        "replaced under coordinate IDs is not detected at this start",
+                        name, exc)
+            continue
+        topic_id = str(description.topic_id or "")
+        if topic_id and topic_id != _NO_TOPIC_ID:
+            found[name] = topic_id
+    return found
