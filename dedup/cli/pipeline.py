@@ -430,6 +430,72 @@ def check_source_path_kept(pipeline: PipelineFile, checkpoint: str) -> None:
                 "read again)")
 
 
+SOURCE_STAMP = "dedup-source-topics"
+"""A file of ``dedup run``'s in the Spark checkpoint's folder: the Kafka topic id of each
+input topic the checkpoint's offsets belong to (JSON, name -> id)."""
+
+
+def check_source_topics_kept(pipeline: PipelineFile, addresses: Addresses,
+                             checkpoint: str) -> dict[str, str]:
+    """Refuse a kept checkpoint whose Kafka input topics are now other topics of the
+    same names (another topic id: deleted and created again, or another Kafka cluster
+    behind ``[source] bootstrap_servers``): Spark would resume them from the old
+    topics' offsets, reading the new topic from the middle, or failing on offsets
+    that went back. Returns the topics' ids as read now (for
+    :func:`record_source_topics`; {} when not read: not a Kafka source, a checkpoint
+    off this machine, a cluster the Python client cannot ask). Read-only."""
+    from dedup.exceptions import SettingChangedError
+    from sources.kafka import topic_ids
+
+    src = pipeline.table("source")
+    root = _local_root(checkpoint)
+    if src["type"] != "kafka" or not src["topics"] or root is None:
+        return {}
+    names = [t.strip() for name in src["topics"] for t in str(name).split(",") if t.strip()]
+    now = topic_ids(addresses.source_bootstrap, names,
+                    {str(k): str(v) for k, v in src["options"].items()})
+    try:
+        recorded = json.loads((root / SOURCE_STAMP).read_text())
+    except (OSError, ValueError):
+        return now  # a new checkpoint, or one no dedup run has stamped yet
+    for name, before in sorted(recorded.items()):
+        if name in now and now[name] != before:
+            # A new checkpoint while a batch is unfinished is refused in turn (the
+            # batch's claims belong to the old query): the move waits for the batch.
+            batch = unfinished_batch(checkpoint)
+            move = ("start with a new checkpoint" if batch is None else
+                    f"to move to the new topic, restore the old one until batch {batch} is "
+                    "committed (run once), then start with a new checkpoint")
+            raise SettingChangedError(
+                f"checkpoint {checkpoint} read Kafka topic {name!r} with topic id {before}, "
+                f"but the topic of that name at {addresses.source_bootstrap} has id "
+                f"{now[name]} (deleted and created again, or another Kafka cluster): Spark "
+                "would resume it from the old topic's offsets, which do not carry to another "
+                "topic: restore source.bootstrap_servers (or the old topic) for as long as "
+                f"this checkpoint is kept, or {move} (source.starting_offsets where the new "
+                "topic is to be read from)")
+    return now
+
+
+def record_source_topics(checkpoint: str, ids: dict[str, str]) -> None:
+    """Stamp ``checkpoint`` with the ids of its Kafka input topics
+    (:func:`check_source_topics_kept`), keeping those of topics not read now. Safe to
+    repeat. A stamp that cannot be written leaves the move unchecked."""
+    root = _local_root(checkpoint)
+    # Spark made the folder at start; none here means the checkpoint is another
+    # machine's (a remote Connect server): nothing to stamp on this one.
+    if not ids or root is None or not root.is_dir():
+        return
+    stamp = root / SOURCE_STAMP
+    try:
+        recorded = json.loads(stamp.read_text()) if stamp.exists() else {}
+        merged = {**recorded, **ids}
+        if merged != recorded:
+            stamp.write_text(json.dumps(merged, sort_keys=True) + "\n")
+    except (OSError, ValueError):
+        pass
+
+
 SPARK_STAMP = "dedup-spark-version"
 """A file of ``dedup run``'s in the Spark checkpoint's folder: the newest Spark version
 that ran the checkpoint (Spark ignores files it does not know there)."""
@@ -517,7 +583,8 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     replaced (:func:`check_sink_kept`) with a batch unfinished, or when a files
     source's path no longer holds its last batch's files (:func:`check_source_path_kept`),
     or when a Spark older than the last one resumes the checkpoint
-    (:func:`check_spark_version_kept`).
+    (:func:`check_spark_version_kept`), or when a Kafka input topic is another topic
+    of the same name (:func:`check_source_topics_kept`).
     ``transform`` is user code between the dedup step and the sink (the chaos
     runner's non-deterministic step); the pipeline file has none. A
     ``watcher`` of the query is given the one-pass step's counts, which
@@ -528,6 +595,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     check_sink_kept(pipeline, addresses.redis_url, checkpoint)
     check_source_path_kept(pipeline, checkpoint)
     check_spark_version_kept(spark.version, checkpoint)
+    topic_ids = check_source_topics_kept(pipeline, addresses, checkpoint)
     frame = source_frame(spark, pipeline, addresses)
     sink = pipeline.table("sink")
     dead_letter = any(str(k).lower() == "dead.letter.topic" for k in sink["options"])
@@ -586,6 +654,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     writer = writer.trigger(processingTime=f"{run['trigger_seconds']} seconds")
     query = writer.start()
     record_spark_version(spark.version, checkpoint)
+    record_source_topics(checkpoint, topic_ids)
     if options is not None and not one_pass:  # one pass: its sink releases by itself
         import sinks
 
