@@ -517,23 +517,30 @@ def test_the_master_and_the_source_address_changed_mid_batch_keep_the_output_exa
     assert final.ok and final.open_transactions == 0, final.summary()
 
 
-def test_the_source_moved_to_another_kafka_cluster_mid_batch_is_refused_until_committed(
+@pytest.mark.parametrize("moment", ["mid-batch", "after-a-clean-stop"])
+def test_the_source_moved_to_another_kafka_cluster_is_refused_until_a_new_checkpoint(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
-        tmp_checkpoint: str, tmp_path: Any) -> None:
+        tmp_checkpoint: str, tmp_path: Any, moment: str) -> None:
     """``[source] bootstrap_servers`` moved to another Kafka cluster, whose topic of the
-    same name holds other records (more than the old topic's offsets), while a batch is
-    partly committed (IDs from the record key): Spark would resume the new cluster's
-    topic from the old one's offsets and skip its first records. Refused at start; as
-    the refusal says, the old cluster until the batch is committed (run once), then the
-    new one with a new checkpoint: every record of both topics once, the re-sent copies
-    of the old topic's first records dropped."""
+    same name holds other records (more than the old topic's offsets), the checkpoint
+    kept (IDs from the record key). Spark would resume the new cluster's topic from
+    the old one's offsets: after a clean stop it skipped the new topic's first records,
+    silently; in the middle of a batch the replay read other records and was refused
+    at its first claim ("make the source replayable"). Refused at start; as the refusal
+    says, mid-batch the old cluster until the batch is committed (run once), then (in
+    both cases) the new one with a new checkpoint: every record of both topics once,
+    the re-sent copies of the old topic's first records dropped."""
     from dedup.local.services import KafkaBroker
     from sinks.kafka_io import ensure_topic
 
     topics, expected = fill_input(kafka_bootstrap, app_id, records=RECORDS, duplicates=30)
     old = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
-    _partial_batch(spark, _pipeline(app_id, topics), old, tmp_checkpoint, str(tmp_path / "f"))
-    assert check_exact(kafka_bootstrap, topics.out, expected).lost > 0
+    if moment == "mid-batch":
+        _partial_batch(spark, _pipeline(app_id, topics), old, tmp_checkpoint,
+                       str(tmp_path / "f"))
+        assert check_exact(kafka_bootstrap, topics.out, expected).lost > 0
+    else:
+        assert not _run(spark, _pipeline(app_id, topics), old, tmp_checkpoint)
     other = KafkaBroker(tmp_path / "other", heap_mb=256)
     other.start()
     try:
@@ -547,11 +554,13 @@ def test_the_source_moved_to_another_kafka_cluster_mid_batch_is_refused_until_co
         resend_copies(kafka_bootstrap, topics.source)
         moved = Addresses(redis_url, other.bootstrap_servers, kafka_bootstrap)
         error = _run(spark, _pipeline(app_id, topics), moved, tmp_checkpoint)
-        assert "SettingChangedError" in error and "until batch 1 is committed (run once)" \
-            in error, f"not refused: {error!r} " \
+        advice = ("until batch 1 is committed (run once), then start with a new checkpoint"
+                  if moment == "mid-batch" else "or start with a new checkpoint")
+        assert "SettingChangedError" in error and advice in error, \
+            f"not refused as expected: {error[:600]!r} " \
             f"{check_exact(kafka_bootstrap, topics.out, expected).summary()}"
-        # as the refusal says: the old cluster until the batch is committed, run once
-        assert not _run(spark, _pipeline(app_id, topics), old, tmp_checkpoint)
+        if moment == "mid-batch":  # as the refusal says: the old cluster, run once
+            assert not _run(spark, _pipeline(app_id, topics), old, tmp_checkpoint)
         # then the new cluster, with a new checkpoint
         assert not _run(spark, _pipeline(app_id, topics), moved, str(tmp_path / "new"))
         final = check_exact(kafka_bootstrap, topics.out, expected)
