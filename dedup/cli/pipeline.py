@@ -387,6 +387,17 @@ def check_sink_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> 
                 f"{batch} is committed (run once), then change it")
 
 
+def _move_advice(checkpoint: str, restore: str) -> str:
+    """How to leave ``checkpoint`` for a new one: at once, or, with a batch unfinished,
+    after ``restore`` (the old input) has committed it."""
+    # A new checkpoint while a batch is unfinished is refused in turn (the batch's
+    # claims belong to the old query): the move waits for the batch.
+    batch = unfinished_batch(checkpoint)
+    return ("start with a new checkpoint" if batch is None else
+            f"{restore} until batch {batch} is committed (run once), then start with a new "
+            "checkpoint")
+
+
 def check_source_path_kept(pipeline: PipelineFile, checkpoint: str) -> None:
     """Refuse a files source whose ``path`` no longer holds the files its checkpoint's
     last batch read: Spark reads them again at every start, by the names in its log,
@@ -415,12 +426,7 @@ def check_source_path_kept(pipeline: PipelineFile, checkpoint: str) -> None:
     for file in files:
         local = Path(file.removeprefix("file://").removeprefix("file:")).resolve()
         if root != local and root not in local.parents:
-            # A new checkpoint while a batch is unfinished is refused in turn (the
-            # batch's claims belong to the old query): the move waits for the batch.
-            batch = unfinished_batch(checkpoint)
-            move = ("start with a new checkpoint" if batch is None else
-                    f"to move to the new path, restore it until batch {batch} is committed "
-                    "(run once), then start with a new checkpoint")
+            move = _move_advice(checkpoint, "to move to the new path, restore it")
             raise SettingChangedError(
                 f"source.path is {path!r}, but checkpoint {checkpoint} holds a file source "
                 f"whose last batch read {file}, which Spark reads again at every start and "
@@ -460,12 +466,8 @@ def check_source_topics_kept(pipeline: PipelineFile, addresses: Addresses,
         return now  # a new checkpoint, or one no dedup run has stamped yet
     for name, before in sorted(recorded.items()):
         if name in now and now[name] != before:
-            # A new checkpoint while a batch is unfinished is refused in turn (the
-            # batch's claims belong to the old query): the move waits for the batch.
-            batch = unfinished_batch(checkpoint)
-            move = ("start with a new checkpoint" if batch is None else
-                    f"to move to the new topic, restore the old one until batch {batch} is "
-                    "committed (run once), then start with a new checkpoint")
+            move = _move_advice(checkpoint,
+                                "to move to the new topic, restore the old one")
             raise SettingChangedError(
                 f"checkpoint {checkpoint} read Kafka topic {name!r} with topic id {before}, "
                 f"but the topic of that name at {addresses.source_bootstrap} has id "
