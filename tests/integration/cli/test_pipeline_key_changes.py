@@ -22,6 +22,7 @@ from confluent_kafka import Producer
 from dedup.cli.config_file import parse_pipeline
 from dedup.cli.pipeline import Addresses, start_query
 from dedup.failpoints import arm, fired
+from tests.integration.cli.runs import run_to_end
 from tests.integration.sinks.pipeline import (
     Topics,
     check_exact,
@@ -62,34 +63,7 @@ def _pipeline_text(app_id: str, topics: Topics, **changed: str) -> str:
     return text
 
 
-def _run(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: str,
-         until_row: int | None = None) -> str:
-    """Run the query until the input is consumed; its error as text, "" if none.
-
-    With ``until_row``, until the synthetic source's row ``until_row`` is read: with
-    rows_per_second a source offers rows only as time passes, so "all available"
-    comes in steps.
-    """
-    try:
-        query = start_query(spark, pipeline, addresses, checkpoint)
-    except Exception as exc:  # a refusal at start
-        return f"{type(exc).__name__}: {exc}"
-    deadline = time.monotonic() + 120
-    try:
-        query.processAllAvailable()
-        while until_row is not None and query.isActive and time.monotonic() < deadline:
-            ends = [s.get("endOffset") for s in (query.lastProgress or {}).get("sources", [])]
-            if any('"row"' in str(e).replace("'", '"') and
-                   int(str(e).split(":")[-1].strip(" }")) >= until_row for e in ends if e):
-                break
-            time.sleep(0.5)
-            query.processAllAvailable()
-    except Exception:  # the query's error, read below
-        pass
-    finally:
-        query.stop()
-    error = query.exception()
-    return "" if error is None else f"{type(error).__name__}: {error}"
+_run = run_to_end
 
 
 def _partial_batch(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: str,

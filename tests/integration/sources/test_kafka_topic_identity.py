@@ -22,8 +22,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from dedup.cli.config_file import parse_pipeline
-from dedup.cli.pipeline import Addresses, start_query
+from dedup.cli.pipeline import Addresses
 from sinks.kafka_io import consume_all, ensure_topic
+from tests.integration.cli.runs import run_to_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis]
@@ -41,20 +42,7 @@ def _pipeline(app_id: str, source: str, out: str) -> Any:
         "[run]\ntrigger_seconds = 0\n")
 
 
-def _run(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: str) -> str:
-    """Run the query until its input is consumed; its error as text, "" if none."""
-    try:
-        query = start_query(spark, pipeline, addresses, checkpoint)
-    except Exception as exc:  # a refusal at start
-        return f"{type(exc).__name__}: {exc}"
-    try:
-        query.processAllAvailable()
-    except Exception:  # the query's error, read below
-        pass
-    finally:
-        query.stop()
-    error = query.exception()
-    return "" if error is None else f"{type(error).__name__}: {error}"
+_run = run_to_end
 
 
 def _produce(bootstrap: str, topic: str, prefix: str) -> dict[str, bytes]:
