@@ -450,6 +450,38 @@ def test_the_sink_type_changed_mid_batch_is_refused_until_the_batch_is_committed
     assert len(read_output(kafka_bootstrap, f"{app_id}-out")) == written
 
 
+def test_the_sink_type_back_from_console_to_kafka_writes_the_later_batches_exactly(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str) -> None:
+    """``[sink] type`` kafka -> console after a clean stop, then back to kafka, the
+    checkpoint kept: the console takes the batches read meanwhile (it is not
+    exactly-once, and they are not in the topic: their records count as seen); back
+    on Kafka the topic gets every later record once, and re-sent copies of records
+    the console or the topic took are dropped."""
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=RECORDS, duplicates=30)
+    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    assert not _run(spark, _pipeline(app_id, topics), addresses, tmp_checkpoint)
+    first = check_exact(kafka_bootstrap, topics.out, expected)
+    assert first.ok and first.open_transactions == 0, first.summary()
+    _more_input(kafka_bootstrap, topics.source, {})  # read by the console, not expected
+    assert not _run(spark, _pipeline(app_id, topics, sink__type='"console"'), addresses,
+                    tmp_checkpoint)
+    assert check_exact(kafka_bootstrap, topics.out, expected).observed == first.observed
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(RECORDS + MORE, RECORDS + 2 * MORE):
+        key, value = f"id-{i:05d}", f"value-{i}".encode()
+        producer.produce(topics.source, key=key.encode(), value=value, partition=i % 2)
+        expected[key] = value
+    for i in range(RECORDS, RECORDS + 10):  # copies of records the console took
+        producer.produce(topics.source, key=f"id-{i:05d}".encode(),
+                         value=f"value-{i}-copy".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    resend_copies(kafka_bootstrap, topics.source)  # copies of records the topic took
+    assert not _run(spark, _pipeline(app_id, topics), addresses, tmp_checkpoint)
+    final = check_exact(kafka_bootstrap, topics.out, expected)
+    assert final.ok and final.open_transactions == 0, final.summary()
+
+
 def test_the_master_and_the_source_address_changed_mid_batch_keep_the_output_exact(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_checkpoint: str, tmp_path: Any) -> None:
@@ -548,13 +580,17 @@ FILE_SCHEMA = '"id string, value string"'
 
 def _files_pipeline(app_id: str, out: str, path: Any, **changed: str) -> Any:
     """A files source (the default record IDs: a hash of every column) into ``out``."""
+    return parse_pipeline(_files_pipeline_text(app_id, out, path, **changed))
+
+
+def _files_pipeline_text(app_id: str, out: str, path: Any, **changed: str) -> str:
+    """The text of :func:`_files_pipeline`."""
     source = {"type": '"files"', "path": f'"{path}"', "format": '"json"',
               "schema": FILE_SCHEMA, "max_files_per_trigger": "2", **changed}
-    return parse_pipeline(
-        f'app_id = "{app_id}"\n[source]\n'
-        + "".join(f"{k} = {v}\n" for k, v in source.items())
-        + f'[dedup]\nnum_shards = 8\n[sink]\ntopic = "{out}"\nvalue_column = "value"\n'
-        '[run]\ntrigger_seconds = 0\n')
+    return (f'app_id = "{app_id}"\n[source]\n'
+            + "".join(f"{k} = {v}\n" for k, v in source.items())
+            + f'[dedup]\nnum_shards = 8\n[sink]\ntopic = "{out}"\nvalue_column = "value"\n'
+            '[run]\ntrigger_seconds = 0\n')
 
 
 def _write_files(folder: Any, first: int, files: int, expected: dict[str, bytes],
@@ -651,3 +687,39 @@ def test_files_source_keys_changed_mid_batch(
     assert not _run(spark, after, addresses, checkpoint)
     final = check_exact(kafka_bootstrap, out, expected)
     assert final.ok and final.open_transactions == 0, f"{kind}: {final.summary()}"
+
+
+def test_a_files_schema_that_adds_a_column_is_refused_until_ids_are_derived_as_before(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str, tmp_path: Any) -> None:
+    """``[source] schema`` gains a column while a batch is partly committed: the files
+    source's default IDs hash every column, so the same records would get other IDs.
+    Refused at start by the record ID strategy check (``hash:id,value`` recorded); as
+    it says, IDs derived as before (``[ids] strategy = "hash"``, ``columns = ["id",
+    "value"]``) with the new schema: the batch and more input (copies of earlier
+    records included; the new column empty) end exact."""
+    from sinks.kafka_io import ensure_topic
+
+    out = f"{app_id}-out"
+    ensure_topic(kafka_bootstrap, out, 2)
+    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    folder, expected = tmp_path / "in", {}
+    _write_files(folder, 0, 6, expected, copies=10)
+    _partial_batch(spark, _files_pipeline(app_id, out, folder), addresses, tmp_checkpoint,
+                   str(tmp_path / "f"))
+    partial = check_exact(kafka_bootstrap, out, expected)
+    assert partial.lost > 0 and (partial.duplicated, partial.phantoms) == (0, 0), \
+        partial.summary()
+    wider = '"id string, value string, region string"'
+    error = _run(spark, _files_pipeline(app_id, out, folder, schema=wider), addresses,
+                 tmp_checkpoint)
+    assert "SettingChangedError" in error and "derive IDs as before (hash:id,value)" \
+        in error, f"not refused: {error!r}"
+    assert check_exact(kafka_bootstrap, out, expected).observed == partial.observed
+    # as the refusal says: IDs derived as before, the new column read along
+    text = _files_pipeline_text(app_id, out, folder, schema=wider)
+    after = parse_pipeline(text + '[ids]\nstrategy = "hash"\ncolumns = ["id", "value"]\n')
+    _write_files(folder, 150, 2, expected, copies=30)  # more input, copies included
+    assert not _run(spark, after, addresses, tmp_checkpoint)
+    final = check_exact(kafka_bootstrap, out, expected)
+    assert final.ok and final.open_transactions == 0, final.summary()
