@@ -508,10 +508,12 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def check_spark_version_kept(spark_version: str, checkpoint: str) -> None:
-    """Refuse a Spark older than the newest that ran ``checkpoint``: an older Spark
-    cannot read a newer one's checkpoint (4.1.1 on 4.2.0's died with a bare
-    "Cannot invoke ...IterableOps.map... Option.get() is null"; found by
-    tests/integration/cli/test_spark_upgrade.py). An upgrade passes. Read-only."""
+    """Refuse a Spark older than the newest that ran ``checkpoint``: Spark promises
+    that a newer release resumes an older one's checkpoint, not the reverse. (The
+    bare "Cannot invoke ...IterableOps.map... Option.get() is null" first seen when
+    4.1.1 resumed 4.2.0's checkpoint is 4.1's own Kafka source bug, SPARK-55271,
+    which every restart in the middle of a batch meets on 4.1.1.) An upgrade passes.
+    Read-only."""
     from dedup.exceptions import SettingChangedError
 
     root = _local_root(checkpoint)
@@ -522,8 +524,8 @@ def check_spark_version_kept(spark_version: str, checkpoint: str) -> None:
     if newest and _version(spark_version) < _version(newest):
         raise SettingChangedError(
             f"Spark {spark_version} cannot resume checkpoint {checkpoint}: Spark {newest} "
-            "ran it last, and an older Spark cannot read a newer one's checkpoint (it fails "
-            f"with a bare Scala error). Run this checkpoint with Spark {newest} or later")
+            "ran it last, and Spark does not promise that an older release resumes a newer "
+            f"one's checkpoint. Run this checkpoint with Spark {newest} or later")
 
 
 def record_spark_version(spark_version: str, checkpoint: str) -> None:

@@ -1,6 +1,7 @@
 """The newest Spark version that ran a ``dedup run`` checkpoint, against the one that
-resumes it (dedup.cli.pipeline.check_spark_version_kept): an older Spark cannot read
-a newer one's checkpoint, so it is refused in one line naming the version to use."""
+resumes it (dedup.cli.pipeline.check_spark_version_kept): Spark does not promise
+that an older release resumes a newer one's checkpoint, so it is refused in one line
+naming the version to use."""
 
 from __future__ import annotations
 
