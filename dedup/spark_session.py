@@ -27,6 +27,21 @@ BATCH_TAG = "dedup-batch="
 CONNECT_TAG = "SparkConnect_"
 
 
+def is_kafka_replay_bug(error: BaseException | str) -> bool:
+    """Whether a streaming query's ``error`` is Spark 4.1's Kafka source bug SPARK-55271.
+
+    A query restarted in the middle of a batch replays that batch without asking
+    Kafka for the latest offsets; on 4.1.x the source's progress metrics then
+    dereference them and the query fails with ``NullPointerException: Cannot invoke
+    "scala.collection.IterableOps.map(scala.Function1)" because the return value of
+    "scala.Option.get()" is null`` after the batch is committed. Started once more,
+    the query plans a new batch and goes on (docs/development.md). Pure.
+    """
+    text = str(error)
+    return ('return value of "scala.Option.get()" is null' in text
+            and "IterableOps.map" in text)
+
+
 def is_connect(spark: Any) -> bool:
     """Whether ``spark`` (a SparkSession or DataFrame) belongs to Spark Connect."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
