@@ -222,9 +222,9 @@ def _stream(spark: Any, pipeline: PipelineFile, addresses: Addresses, checkpoint
             progress.say("Spark's Kafka source failed after the replayed batch was committed "
                          "(Spark 4.1's SPARK-55271); starting the query once more")
             query = start_query(spark, pipeline, addresses, checkpoint, watcher=watcher)
-            left = max_seconds - (time.monotonic() - started) if max_seconds > 0 else 0.0
-            finished = wait_for(query, watcher, done, max_seconds=max(left, 0.001)
-                                if max_seconds > 0 else 0.0)
+            left = max(max_seconds - (time.monotonic() - started), 0.001) \
+                if max_seconds > 0 else 0.0  # 0 waits forever, as before the restart
+            finished = wait_for(query, watcher, done, max_seconds=left)
         stopped_by = "done" if finished else "max_seconds"
     except KeyboardInterrupt:
         progress.say("interrupted: stopping the query (it resumes from the checkpoint)")
