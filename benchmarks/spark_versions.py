@@ -78,18 +78,26 @@ def run_version(root: Path, version: str, default: str, say: Any) -> dict[str, A
             "venv": venv}
 
 
+def failure_lines(output: str) -> list[str]:
+    """What a failed tier records: the failed tests' names (pytest's short summary, up
+    to 60), then the first error lines (at least 5, up to 20 lines in all). Pure."""
+    lines = output.splitlines()
+    named = [line[:300] for line in lines if line.startswith(("FAILED", "ERROR"))][:60]
+    errors = [line for line in lines if line.startswith("E ")]
+    return named + errors[:max(20 - len(named), 5)]
+
+
 def _pytest(root: Path, venv: str, env: dict[str, str], started: float,
             args: list[str]) -> dict[str, Any]:
     """pytest under ``venv``'s Python: its counts, exit, minutes since ``started``, and
-    the first failure lines."""
+    the failed tests' names with the first error lines."""
     tests = subprocess.run(
         [str(root / venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
          *args], cwd=root, env=env, capture_output=True, text=True, check=False)
     result: dict[str, Any] = {**counts(tests.stdout), "exit": tests.returncode,
                               "minutes": round((time.monotonic() - started) / 60, 1)}
     if tests.returncode != 0:
-        result["failures"] = [line for line in tests.stdout.splitlines()
-                              if line.startswith(("FAILED", "ERROR", "E "))][:20]
+        result["failures"] = failure_lines(tests.stdout)
     return result
 
 

@@ -484,8 +484,10 @@ class KafkaBroker:
         if (scram is None) != (tls is None):
             raise ValueError("a secured broker needs both scram=(user, password) and tls")
         self.data_dir = Path(data_dir)
-        self.port = port or free_port()
-        self.controller_port = controller_port or free_port()
+        # one call: two free_port() calls may hand out one port twice
+        spare = free_ports(2)
+        self.port = port or spare[0]
+        self.controller_port = controller_port or spare[1]
         self.node_id = node_id
         self.quorum_voters = quorum_voters or f"{node_id}@127.0.0.1:{self.controller_port}"
         self.cluster_id = cluster_id

@@ -32,7 +32,7 @@ from typing import Any
 
 from dedup.exceptions import ServiceError
 from dedup.local.paths import require_program
-from dedup.local.services import _Process, _wait_until, free_port, process_alive
+from dedup.local.services import _Process, _wait_until, free_ports, process_alive
 
 _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 _WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -131,8 +131,8 @@ class SparkStandaloneCluster:
         self.die_with_parent = die_with_parent
         # None: this process's environment as it is at each start (read then, not now)
         self.environ = None if environ is None else dict(environ)
-        self.port = free_port()
-        self.webui_port = free_port()
+        # one call: two free_port() calls may hand out one port twice
+        self.port, self.webui_port = free_ports(2)
         self._master: _Process | None = None
         self._workers = [_Worker(self.base_dir / f"worker-{i}") for i in range(workers)]
 
@@ -224,9 +224,9 @@ class SparkStandaloneCluster:
             return False
         if not (self._master and self._master.alive()):
             raise ServiceError("the Spark master is not running: call start() first")
-        worker.port = free_port()
+        worker.port, webui_port = free_ports(2)
         argv = [str(spark_class()), _WORKER_CLASS, "--host", "127.0.0.1",
-                "--port", str(worker.port), "--webui-port", str(free_port()),
+                "--port", str(worker.port), "--webui-port", str(webui_port),
                 "--cores", str(self.worker_cores), "--memory", self.worker_memory,
                 "--work-dir", str(worker.folder / "work"), self.master_url]
         worker.proc = _Process(argv, worker.folder / "worker.log", self.die_with_parent,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.spark_versions import counts, default_version
+from benchmarks.spark_versions import counts, default_version, failure_lines
 from dedup.local.paths import repo_root
 
 
@@ -37,3 +37,12 @@ def test_a_result_counts_only_for_the_code_it_ran() -> None:
     assert not passed({**good, "skipped": 2, "passed": 0}, root, tests=2, skips=False)
     assert not passed({**good, "skipped": 1}, root, tests=2, skips=False)
     assert passed({**good, "skipped": 1}, root) is here
+
+
+def test_a_failed_tier_records_the_failed_tests_names_before_the_error_lines() -> None:
+    out = "\n".join(["E   boom"] * 30 + ["FAILED tests/a.py::t1 - boom", "ERROR tests/b.py::t2",
+                                          "1 failed, 1 error in 3.0s"])
+    lines = failure_lines(out)
+    assert lines[:2] == ["FAILED tests/a.py::t1 - boom", "ERROR tests/b.py::t2"]
+    assert lines[2:] == ["E   boom"] * 18
+    assert failure_lines("3 passed in 1.0s") == []
