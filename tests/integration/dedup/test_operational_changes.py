@@ -25,6 +25,7 @@ from dedup import ConfigError, DedupConfig, Deduplicator, RedisConfig, Retention
 from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.failpoints import arm, fired
 from dedup.ids import with_record_id
+from tests.integration.restarts import run_available_now
 from tests.integration.sinks.pipeline import (
     check_exact,
     fill_input,
@@ -298,15 +299,12 @@ def test_switching_between_two_step_and_one_pass_after_a_partial_batch_is_exact(
         query.stop()
     partial = check_exact(kafka_bootstrap, topics.out, expected)
     assert partial.lost > 0 and (partial.duplicated, partial.phantoms) == (0, 0)
-    second = (writer(not first_one_pass, sink_options(kafka_bootstrap, topics, app_id,
-                                                      redis_url))
-              .option("checkpointLocation", tmp_checkpoint)
-              .trigger(availableNow=True).start())
-    try:
-        assert second.awaitTermination(150), "the second form did not finish"
-    finally:
-        if second.isActive:
-            second.stop()
+    second, finished = run_available_now(
+        lambda: (writer(not first_one_pass, sink_options(kafka_bootstrap, topics, app_id,
+                                                         redis_url))
+                 .option("checkpointLocation", tmp_checkpoint)
+                 .trigger(availableNow=True).start()), 150)
+    assert finished, "the second form did not finish"
     assert second.exception() is None, second.exception()
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert report.ok and report.open_transactions == 0, report.summary()
@@ -367,14 +365,9 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
         writer = (deduplicate_to_kafka(df, cfg, options) if one_pass else
                   Deduplicator(cfg).apply(df).writeStream.format("exactly_once_kafka")
                   .options(**options))
-        query = (writer.option("checkpointLocation", tmp_checkpoint)
-                 .trigger(availableNow=True).start())
-        try:
-            with contextlib.suppress(Exception):  # a failed query raises; inspected below
-                query.awaitTermination(150)
-        finally:
-            if query.isActive:
-                query.stop()
+        query, _ = run_available_now(
+            lambda: writer.option("checkpointLocation", tmp_checkpoint)
+            .trigger(availableNow=True).start(), 150)
         if query.exception() is not None:
             raise AssertionError(str(query.exception()))
 

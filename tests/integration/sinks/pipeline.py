@@ -9,17 +9,16 @@ so the expected output is still "one copy of each record ID".
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Producer
-from pyspark.errors import StreamingQueryException
 
 from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.verify import VerificationReport
 from sinks.kafka_io import ConsumedRecord, consume_all, ensure_topic
+from tests.integration.restarts import run_available_now
 
 OUT_PARTITIONS = 2
 SINK_PARTITIONS = 3
@@ -146,15 +145,11 @@ def sink_options(bootstrap: str, topics: Topics, app_id: str, redis_url: str,
 def run_to_end(df: Any, options: dict[str, str], checkpoint: str,
                timeout: float = 150.0) -> None:
     """Run the query with ``availableNow`` (several batches) until the input is consumed."""
-    query = (df.writeStream.format("exactly_once_kafka").options(**options)
-             .option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    try:
-        finished = query.awaitTermination(timeout)
-        assert finished, f"query did not finish within {timeout}s"
-    finally:
-        if query.isActive:
-            query.stop()
+    query, finished = run_available_now(
+        lambda: (df.writeStream.format("exactly_once_kafka").options(**options)
+                 .option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start()), timeout)
+    assert finished, f"query did not finish within {timeout}s"
     if query.exception() is not None:
         raise AssertionError(f"query failed: {query.exception()}")
 
@@ -162,30 +157,18 @@ def run_to_end(df: Any, options: dict[str, str], checkpoint: str,
 def run_foreach_batch(df: Any, function: Any, checkpoint: str, timeout: float = 150.0) -> Any:
     """Run ``foreachBatch(function)`` with ``availableNow``; the query, whose error the
     caller inspects (a refusal is an expected outcome in some tests)."""
-    query = (df.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    try:
-        with contextlib.suppress(StreamingQueryException):
-            query.awaitTermination(timeout)
-    finally:
-        if query.isActive:
-            query.stop()
-    return query
+    return run_available_now(
+        lambda: (df.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start()), timeout)[0]
 
 
 def run_writer(writer: Any, checkpoint: str, timeout: float = 150.0) -> Any:
     """Start ``writer`` (a ``DataStreamWriter``) from ``checkpoint`` with ``availableNow``
     and wait up to ``timeout``; the query, whose error the caller inspects (a refusal is
     an expected outcome in some tests)."""
-    query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
-    try:
-        query.awaitTermination(timeout)
-    except Exception:  # the caller inspects query.exception()
-        pass
-    finally:
-        if query.isActive:
-            query.stop()
-    return query
+    return run_available_now(
+        lambda: writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+        .start(), timeout)[0]
 
 
 def dies_after_commit(sink: Any, batch: int) -> Any:
