@@ -27,9 +27,12 @@ duplicates of the records emitted before through (their advice says so). The
 oracle then allows duplicates of exactly the IDs visible at that moment, no
 others.
 
-``spark_upgrade`` is left out: it needs a second Spark version's virtualenv
-(``.venv-4.0.0`` ...) to run a child ``dedup run`` under, and none is set up;
-see docs/chaos.md.
+``spark_upgrade`` runs one batch in a child process under an older supported Spark
+(:mod:`benchmarks.chaos.version_job`, in ``.venv-4.0.0`` or ``.venv-4.1.1``, set up on
+first use), held mid-batch half the time; the runs after it are this process's (the
+default, newest Spark): an upgrade. When a newer Spark ran the checkpoint already, the
+older one is refused at start, and its advice (the newest Spark) is what the next
+action runs anyway.
 """
 
 from __future__ import annotations
@@ -72,9 +75,19 @@ ACTION_KINDS: dict[str, str] = {
                       "replica of its own, the pipeline pointed at it",
     "redis_flush": "FLUSHALL on the Redis (a lost catalog): a kept checkpoint must be refused",
     "broker_restart": "the Kafka broker stopped and started again between runs",
+    "spark_upgrade": "one more batch run by an older supported Spark (4.0.0 or 4.1.1, in "
+                     "its own virtualenv), held mid-batch half the time; the runs after it "
+                     "are the default Spark's: an upgrade (a checkpoint a newer Spark ran "
+                     "is refused to the older one at start)",
 }
-"""The action kinds. ``spark_upgrade`` (between Spark 4.0.0 / 4.1.1 / 4.2.0) is left out:
-no second Spark version's virtualenv exists here to run it in (docs/chaos.md)."""
+"""The action kinds."""
+OLDER_SPARKS = ("4.0.0", "4.1.1")
+"""The supported Spark versions older than set-up's default that ``spark_upgrade`` runs
+(each in ``.venv-<version>``, set up by :func:`ensure_spark_versions`)."""
+UPGRADE_FROM_INDEX = 66
+"""Sequences before this index were drawn, and run, before ``spark_upgrade`` joined the
+kinds: :func:`generate` draws them from the other kinds so that they stay what they
+were (their results are kept); from this index on every kind is drawn."""
 TRANSIENT = frozenset({"ReplicaAckError", "TransactionFailedError", "SinkError"})
 """Registered errors that a query death also shows when a service was briefly away (a
 replica's ack, a Kafka transaction, the sink's generic error): restarted, not refusals."""
@@ -233,23 +246,29 @@ def _draw_action(rng: random.Random, kind: str) -> Action:
     if kind == "change_name":
         change = rng.choice(CHANGES)
         return Action(kind, {"name": change.id, "value": rng.choice(change.values)})
+    if kind == "spark_upgrade":
+        return Action(kind, {"version": rng.choice(OLDER_SPARKS),
+                             "held": rng.random() < 0.5,
+                             "partition": rng.randrange(PARTITIONS)})
     return Action(kind)
 
 
 def generate(count: int, seed: int) -> list[SequenceSpec]:
     """``count`` sequences of 3-8 actions; every kind drawn about equally often, and a
     refusal-prone action followed by ``follow_advice`` half the time (so advice is
-    followed in earnest, not only when nothing was refused). Pure in ``seed``."""
+    followed in earnest, not only when nothing was refused). Pure in ``seed``; the
+    sequences before :data:`UPGRADE_FROM_INDEX` draw no ``spark_upgrade``."""
     rng = random.Random(seed)
-    kinds = list(ACTION_KINDS)
     specs = []
     for index in range(count):
+        kinds = [k for k in ACTION_KINDS
+                 if k != "spark_upgrade" or index >= UPGRADE_FROM_INDEX]
         length = rng.randint(3, 8)
         actions: list[Action] = []
         while len(actions) < length:
             action = _draw_action(rng, rng.choice(kinds))
             actions.append(action)
-            prone = (action.kind in {"redis_flush", "reset_checkpoint"}
+            prone = (action.kind in {"redis_flush", "reset_checkpoint", "spark_upgrade"}
                      or (action.kind == "change_name" and _change(action).verdict == "refused")
                      or (action.kind == "crash" and action.params["how"] == "held_stop"))
             if prone and len(actions) < length and rng.random() < 0.5:
@@ -257,6 +276,40 @@ def generate(count: int, seed: int) -> list[SequenceSpec]:
         specs.append(SequenceSpec(index=index, seed=rng.randrange(1, 1_000_000),
                                   one_pass=rng.random() < 0.5, actions=tuple(actions)))
     return specs
+
+
+def _version(text: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def spark_python(version: str) -> Path:
+    """The Python of Spark ``version``'s virtualenv (``.venv-<version>``)."""
+    return ROOT / f".venv-{version}" / "bin" / "python"
+
+
+def ensure_spark_versions(specs: list[SequenceSpec], say: Callable[[str], None] = print
+                          ) -> None:
+    """Set up the virtualenv of every older Spark that ``specs`` run and that is missing
+    (``dedup/local/setup.sh`` with ``DEDUP_SPARK_VERSION``, as
+    ``benchmarks.spark_versions`` does; a few minutes each). Safe to repeat."""
+    import os
+    import subprocess
+
+    wanted = sorted({str(a.params["version"]) for s in specs for a in s.actions
+                     if a.kind == "spark_upgrade"})
+    for version in wanted:
+        if spark_python(version).exists():
+            continue
+        say(f"setting up Spark {version} for the spark_upgrade actions (.venv-{version})")
+        env = {**os.environ, "DEDUP_SPARK_VERSION": version, "DEDUP_VENV": f".venv-{version}",
+               "DEDUP_SETUP_QUIET": "1"}
+        done = subprocess.run(["bash", "dedup/local/setup.sh"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"set-up of Spark {version} failed ({done.returncode}): "
+                             f"{done.stderr.strip()[-500:]}")
 
 
 def _change(action: Action) -> Change:
@@ -277,6 +330,7 @@ ADVICE: tuple[tuple[str, str, str], ...] = (
     ("AppIdInUseError", "unfinished", "finish_old_query"),
     ("AppIdInUseError", "stop the other query", "wait_for_lease"),
     ("CatalogStateError", "recorded under other settings that decide", "restore_recorded"),
+    ("SettingChangedError", "does not promise that an older release resumes", "newer_spark"),
 )
 """How the explorer follows each refusal it can meet: the advice its message gives
 (``docs/refusals.md``). A lost catalog's advice is the second one the message gives (a
@@ -489,16 +543,20 @@ stop_after_idle_seconds = 5.0
     def expectation(self, action: Action) -> set[str]:
         """The outcomes the table allows for ``action`` in the current state: "works" or
         "refused:<error>" ("refused:*": any named error)."""
-        if self.pending is not None and action.kind not in {"follow_advice",
-                                                             "reset_checkpoint"}:
+        pending = self.standing()
+        if pending is not None and action.kind not in {"follow_advice", "reset_checkpoint"}:
             return {"refused:*"}
         if action.kind == "reset_checkpoint":
-            if self.pending is not None:
+            if pending is not None:
                 return {"works", "refused:*"}
             return {"refused:AppIdInUseError"} if self.unfinished else {"works"}
         if action.kind == "follow_advice":
             # the advice ends the refusal; another one may stand behind it
             return {"works", "refused:*"} if self._differs_from_recorded() else {"works"}
+        if action.kind == "spark_upgrade" and self._newer_spark_ran(action):
+            # Spark promises only the upgrade: refused at start, before any other check
+            # that could also refuse (they run in this order in start_query)
+            return {"refused:SettingChangedError"}
         if self.flushed_with_batches:
             # a lost catalog under a checkpoint with committed batches: refused at start
             return {"refused:SettingChangedError"}
@@ -510,6 +568,24 @@ stop_after_idle_seconds = 5.0
         if self._differs_from_recorded():
             return {"refused:*"}
         return {"works"}
+
+    def standing(self) -> Refusal | None:
+        """The pending refusal that stands until its advice is followed: not an older
+        Spark's refusal of a newer one's checkpoint, whose advice (the newest Spark) is
+        what every action but ``spark_upgrade`` runs."""
+        pending = self.pending
+        if pending is not None and _advice(pending.error, pending.message) == "newer_spark":
+            return None
+        return pending
+
+    def _newer_spark_ran(self, action: Action) -> bool:
+        """Whether a Spark newer than ``action``'s ran the current checkpoint (its stamp,
+        ``dedup.cli.pipeline.SPARK_STAMP``)."""
+        from dedup.cli.pipeline import SPARK_STAMP
+
+        stamp = Path(self.checkpoint) / SPARK_STAMP
+        newest = stamp.read_text().strip() if stamp.exists() else ""
+        return bool(newest) and _version(action.params["version"]) < _version(newest)
 
     def _would_differ(self, change: Change, value: Any) -> bool:
         """Whether setting ``change`` to ``value`` departs from what the catalog recorded
@@ -563,7 +639,7 @@ stop_after_idle_seconds = 5.0
 
     def _do_crash(self, action: Action, step: dict[str, Any]) -> dict[str, Any] | None:
         point, how = action.params["point"], action.params["how"]
-        if self.pending is not None:  # refused anyway: the crash cannot be placed
+        if self.standing() is not None:  # refused anyway: the crash cannot be placed
             return self.run_query()
         batch = committed_batches(self.checkpoint)
         self.offer(1)
@@ -670,6 +746,9 @@ stop_after_idle_seconds = 5.0
         elif what == "finish_old_query":
             # the query that left its batch unfinished: its checkpoint, run to the end
             self.checkpoints.append(self.checkpoints[-2])
+        elif what == "newer_spark":
+            pass  # "Run this checkpoint with Spark <newest> or later": the default Spark
+                  # (this process's, the newest supported) runs every other action
         self.pending = None
         return self.run_query()
 
@@ -714,6 +793,67 @@ stop_after_idle_seconds = 5.0
         step["broker_pids"] = [before, broker.pid]
         self.offer(1)
         return self.run_query()
+
+    def _do_spark_upgrade(self, action: Action, step: dict[str, Any]) -> dict[str, Any]:
+        """One more batch under an older Spark (a child process in its virtualenv), held
+        at the sink's checkpoint of one partition with ``held``; the next runs are the
+        default Spark's. A transient death is run again, as :meth:`run_query` does."""
+        import os
+        import subprocess
+
+        version = str(action.params["version"])
+        python = spark_python(version)
+        batch = committed_batches(self.checkpoint)
+        self.offer(1)
+        self._disarm()
+        hold = None
+        if action.params["held"] and batch * ROWS_PER_BATCH < self.available:
+            hold = {"point": "sink.after_checkpoint", "batch": batch}
+            arm(self.fp_dir, "sink.after_checkpoint", "sleep", seconds=HOLD_S,
+                match={"batch": batch, "partition": int(action.params["partition"]),
+                       **NON_EMPTY})
+        spec = {"pipeline": self.pipeline_text(), "redis_url": self.primary.url,
+                "bootstrap": self.env.kafka.bootstrap_servers, "checkpoint": self.checkpoint,
+                "fp_dir": str(self.fp_dir), "shuffle": self.settings[("spark", SHUFFLE)],
+                "hold": hold}
+        # the child's own interpreter and Spark, not this process's
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME",
+                            "VIRTUAL_ENV")}
+        errors: list[str] = []
+        try:
+            for _ in range(MAX_RESTARTS + 1):
+                done = subprocess.run(
+                    [str(python), "-m", "benchmarks.chaos.version_job", json.dumps(spec)],
+                    cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+                    check=False)
+                lines = done.stdout.strip().splitlines()
+                if done.returncode != 0 or not lines:
+                    return {"outcome": "error", "spark": version, "errors": errors,
+                            "error": f"the Spark {version} run exited {done.returncode}: "
+                                     f"{done.stderr.strip()[-300:]}"}
+                child = json.loads(lines[-1])
+                step["spark"] = child["pyspark"]
+                line = str(child["error"])
+                if child["outcome"] == "works":
+                    self.unfinished = bool(child["held"])
+                    self._ran_once()
+                    return {"outcome": "works", "held": bool(child["held"]),
+                            "fired": bool(_fired(self.fp_dir, "sink.after_checkpoint")),
+                            "errors": errors}
+                stage = "start" if child["outcome"] == "refused" else "batch"
+                refusal = self._refusal(line, stage)
+                if refusal is not None and refusal.error not in TRANSIENT:
+                    self.pending = refusal
+                    return {"outcome": "refused", "error": refusal.error, "stage": stage,
+                            "message": line[:300], "errors": errors}
+                if child["outcome"] == "refused":  # not a named refusal: a bad setting
+                    return {"outcome": "error", "error": line, "errors": errors}
+                errors.append(line[:300])
+                time.sleep(1.0)
+            return {"outcome": "error", "error": errors[-1], "errors": errors}
+        finally:
+            self._disarm()
 
     # -- the oracle --------------------------------------------------------------
     def _disarm(self) -> None:
@@ -796,7 +936,7 @@ def run_sequence(env: ChaosEnv, spec: SequenceSpec) -> SequenceResult:
                 if not step["prefix"]["ok"]:
                     seq.contradictions.append(f"{action.label()}: refused, but the visible "
                                               f"output is no exact prefix: {step['prefix']}")
-        if seq.pending is None:  # the rest of the input, as the operator left it
+        if seq.standing() is None:  # the rest of the input, as the operator left it
             seq.offer(spec.rows)
             drain = Action("run_batches", {"k": "rest"})
             expected = seq.expectation(drain)
@@ -853,6 +993,7 @@ def explore(specs: list[SequenceSpec], done: list[dict[str, Any]], progress: Pat
     import tempfile
 
     have = {d["spec"]["index"] for d in done}
+    ensure_spark_versions([s for s in specs if s.index not in have])
     commit = _commit()
     workdir = Path(tempfile.mkdtemp(prefix="dedup-seq-"))
     env = ChaosEnv(workdir).start()

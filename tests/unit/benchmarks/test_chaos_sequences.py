@@ -9,7 +9,9 @@ from benchmarks.chaos.sequences import (
     ACTION_KINDS,
     ADVICE,
     CHANGES,
+    OLDER_SPARKS,
     REFUSALS_DOC,
+    UPGRADE_FROM_INDEX,
     figures,
     generate,
     named_errors,
@@ -29,6 +31,28 @@ def test_the_generator_is_seeded_and_covers_every_kind() -> None:
     changed = Counter(a.params["name"] for s in specs for a in s.actions
                       if a.kind == "change_name")
     assert set(changed) == {c.id for c in CHANGES}
+
+
+def test_the_sequences_run_before_spark_upgrade_joined_are_drawn_as_they_were() -> None:
+    """The recorded results of the sequences before UPGRADE_FROM_INDEX stay those of
+    the specs drawn now (``--resume`` checks each one); spark_upgrade comes after."""
+    import json
+
+    from benchmarks.common import RESULTS_DIR
+
+    progress = RESULTS_DIR / "chaos_sequences.progress.jsonl"
+    recorded = [json.loads(line)["spec"] for line in progress.read_text().splitlines()
+                if line.strip()]
+    assert len(recorded) >= UPGRADE_FROM_INDEX
+    drawn = {s.index: s.as_dict() for s in generate(300, seed=20261122)}
+    for spec in recorded:
+        assert drawn[spec["index"]] == spec, spec["index"]
+    upgrades = [a for s in drawn.values() for a in s["actions"] if a["kind"] == "spark_upgrade"]
+    assert all(s["index"] >= UPGRADE_FROM_INDEX for s in drawn.values()
+               if any(a["kind"] == "spark_upgrade" for a in s["actions"]))
+    assert len(upgrades) >= 20 * 3
+    assert {a["params"]["version"] for a in upgrades} == set(OLDER_SPARKS)
+    assert {a["params"]["held"] for a in upgrades} == {True, False}
 
 
 def test_every_change_is_a_name_of_the_surface_with_the_tables_verdict() -> None:
