@@ -857,8 +857,7 @@ stop_after_idle_seconds = 5.0
 
     # -- the oracle --------------------------------------------------------------
     def _disarm(self) -> None:
-        for path in self.fp_dir.glob("*.armed"):
-            path.unlink(missing_ok=True)
+        clear_fail_points(self.fp_dir)
 
     def visible(self) -> list[str]:
         from sinks.verify import read_observed
@@ -906,6 +905,12 @@ stop_after_idle_seconds = 5.0
         report["ok"] = (report["lost"] == report["phantoms"] == report["mismatched"]
                         == unannounced == 0)
         return report
+
+
+def clear_fail_points(fp_dir: Path) -> None:
+    """Disarm every fail-point in ``fp_dir``. Safe to repeat."""
+    for path in fp_dir.glob("*.armed"):
+        path.unlink(missing_ok=True)
 
 
 def _fired(fp_dir: Path, point: str) -> list[dict[str, Any]]:

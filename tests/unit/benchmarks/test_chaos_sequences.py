@@ -4,6 +4,7 @@ operational-changes table and the refusals registry, its figures (no services)."
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from benchmarks.chaos.sequences import (
     ACTION_KINDS,
@@ -96,3 +97,24 @@ def test_figures_and_summary_keys() -> None:
     assert summary["chaos_sequence_actions_hit"]["crash"] == 3
     assert summary["operational_surface_names"] == len(surface())
     assert summary["operational_surface_untested"] <= NOT_YET_CLASSIFIED
+
+
+def test_a_fail_point_cleared_between_actions_is_not_taken_for_fired_again(
+        tmp_path: Path) -> None:
+    """A second hold at the same fail-point in one sequence waited on the first one's
+    record (``wait_fired`` returned at once), so the query was stopped with no task
+    held: the explorer clears fired records with the armed ones between actions."""
+    import json
+
+    from benchmarks.chaos.faults import wait_fired
+    from benchmarks.chaos.sequences import clear_fail_points
+    from dedup.failpoints import arm
+
+    arm(tmp_path, "sink.after_checkpoint", "sleep", seconds=1)
+    # what a task that fired the first hold leaves (the armed file renamed, its record)
+    (tmp_path / "sink.after_checkpoint.armed").rename(
+        tmp_path / "sink.after_checkpoint.fired-1-1")
+    (tmp_path / "sink.after_checkpoint.fired-1-1").write_text(json.dumps({"pid": 1}))
+    clear_fail_points(tmp_path)
+    arm(tmp_path, "sink.after_checkpoint", "sleep", seconds=1)  # the second hold
+    assert wait_fired(tmp_path, "sink.after_checkpoint", timeout=0.5) is None
