@@ -908,8 +908,10 @@ stop_after_idle_seconds = 5.0
 
 
 def clear_fail_points(fp_dir: Path) -> None:
-    """Disarm every fail-point in ``fp_dir``. Safe to repeat."""
-    for path in fp_dir.glob("*.armed"):
+    """Disarm every fail-point in ``fp_dir`` and drop the records of those that fired:
+    the next action's hold waits for its own firing, not an earlier one's. Safe to
+    repeat."""
+    for path in [*fp_dir.glob("*.armed"), *fp_dir.glob("*.fired-*")]:
         path.unlink(missing_ok=True)
 
 
