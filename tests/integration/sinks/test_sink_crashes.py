@@ -12,6 +12,7 @@ that the fault hit after records reached the log.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,11 @@ def test_a_code_change_before_a_replay_is_refused_and_its_advice_ends_exact(
     # run_available_now: waits, stops, and starts once more on Spark 4.1's SPARK-55271
     changed, _ = run_available_now(lambda: start(changed=True), 150)  # refused: below
     refusal = str(changed.exception())
-    assert "CheckpointSchemaError" in refusal and "batch 1 partition 0" in refusal, refusal
+    # partition 0 is held; another partition still committing when the query stopped
+    # (seen on Spark 4.1.1: partition 1, 3 s after the hold) is refused as well, and
+    # whichever replays first names itself
+    assert "CheckpointSchemaError" in refusal and \
+        re.search(r"batch 1 partition \d+ was written by other code", refusal), refusal
     assert "restore the previous code until this batch is committed" in refusal, refusal
     refused = check_exact(kafka_bootstrap, topics.out, expected)
     assert (refused.duplicated, refused.phantoms) == (0, 0), refused.summary()
