@@ -144,14 +144,17 @@ def sink_options(bootstrap: str, topics: Topics, app_id: str, redis_url: str,
 
 def run_to_end(df: Any, options: dict[str, str], checkpoint: str,
                timeout: float = 150.0) -> None:
-    """Run the query with ``availableNow`` (several batches) until the input is consumed."""
+    """Run the query with ``availableNow`` (several batches) until the input is consumed;
+    a failed query raises its own ``StreamingQueryException``, as ``awaitTermination``
+    does."""
     query, finished = run_available_now(
         lambda: (df.writeStream.format("exactly_once_kafka").options(**options)
                  .option("checkpointLocation", checkpoint)
                  .trigger(availableNow=True).start()), timeout)
+    error = query.exception()
+    if error is not None:
+        raise error
     assert finished, f"query did not finish within {timeout}s"
-    if query.exception() is not None:
-        raise AssertionError(f"query failed: {query.exception()}")
 
 
 def run_foreach_batch(df: Any, function: Any, checkpoint: str, timeout: float = 150.0) -> Any:
