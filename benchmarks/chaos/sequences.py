@@ -278,12 +278,6 @@ def generate(count: int, seed: int) -> list[SequenceSpec]:
     return specs
 
 
-def _version(text: str) -> tuple[int, ...]:
-    import re
-
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
-
-
 def spark_python(version: str) -> Path:
     """The Python of Spark ``version``'s virtualenv (``.venv-<version>``)."""
     return ROOT / f".venv-{version}" / "bin" / "python"
@@ -581,7 +575,7 @@ stop_after_idle_seconds = 5.0
     def _newer_spark_ran(self, action: Action) -> bool:
         """Whether a Spark newer than ``action``'s ran the current checkpoint (its stamp,
         ``dedup.cli.pipeline.SPARK_STAMP``)."""
-        from dedup.cli.pipeline import SPARK_STAMP
+        from dedup.cli.pipeline import SPARK_STAMP, _version  # the stamp's own comparison
 
         stamp = Path(self.checkpoint) / SPARK_STAMP
         newest = stamp.read_text().strip() if stamp.exists() else ""
