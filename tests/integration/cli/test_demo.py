@@ -29,10 +29,12 @@ def test_demo_crashes_restarts_and_reports_exactly_once(tmp_path: Path) -> None:
     dedup = Path(sys.executable).with_name("dedup")
     # Its work folder goes to the cache folder (dedup --cache-dir / DEDUP_CACHE_DIR).
     env = {**os.environ, "DEDUP_CACHE_DIR": str(tmp_path / "cache"), **jar_env()}
+    work = tmp_path / "work"  # the user's working folder: nothing may land in it
+    work.mkdir()
     result = subprocess.run(
         [str(dedup), "demo", "--quiet", "--records", str(RECORDS), "--batch-size", str(BATCH),
          "--seed", str(SEED), "--duplicate-rate", str(RATE)],
-        capture_output=True, text=True, timeout=420, env=env, check=False,
+        capture_output=True, text=True, timeout=420, env=env, check=False, cwd=work,
     )
     out = result.stdout
     assert result.returncode == 0, f"stdout:\n{out}\nstderr:\n{result.stderr}"
@@ -54,3 +56,5 @@ def test_demo_crashes_restarts_and_reports_exactly_once(tmp_path: Path) -> None:
     # It cleans up after itself: no work folder is left behind.
     assert (tmp_path / "cache" / "demo").is_dir()
     assert not list((tmp_path / "cache" / "demo").glob("dedup-demo-*"))
+    # nor anything in the working folder (Spark 4.0.x made artifacts/ there, SPARK-52396)
+    assert not sorted(str(p.relative_to(work)) for p in work.rglob("*"))
