@@ -110,6 +110,7 @@ def demo_pipeline(records: int, batch: int, dup_rate: float, seed: int, app_id: 
 
 def demo_command(args: argparse.Namespace) -> int:
     from dedup.config import ConfigError
+    from dedup.local.spark import no_artifacts_folder_left
 
     if args.records < 1 or args.batch_size < 1:
         raise ConfigError("--records and --batch-size must be >= 1")
@@ -126,7 +127,8 @@ def demo_command(args: argparse.Namespace) -> int:
         # Spark and the work folder are still cleaned up.
         signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        with stderr_to_file(workdir / "logs" / "stderr.log", enabled=not args.debug):
+        with stderr_to_file(workdir / "logs" / "stderr.log", enabled=not args.debug), \
+                no_artifacts_folder_left():
             result = _run_demo(args, progress, workdir)
         _print_summary(progress, args, result)
         ok = result.ok

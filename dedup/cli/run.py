@@ -93,7 +93,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Namespace) -> int:
-    from dedup.local.spark import cli_spark_session
+    from dedup.local.spark import cli_spark_session, no_artifacts_folder_left
     from dedup.spark_session import connect_session
     from sinks.kafka_io import ensure_topic
 
@@ -115,7 +115,8 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
                      "server's)")
     else:
         progress.say(f"starting Spark ({where}); Spark's log: {base / 'logs'}")
-    with stderr_to_file(base / "logs" / "stderr.log", enabled=not args.debug):
+    with stderr_to_file(base / "logs" / "stderr.log", enabled=not args.debug), \
+            no_artifacts_folder_left():
         if kind == "remote":
             spark = connect_session(where, {
                 # what the classic session sets that a Connect session may set

@@ -3,8 +3,11 @@ CLI's variant whose JVM logs go to a file so its output stays readable."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -119,3 +122,35 @@ def cli_spark_session(log_dir: Path, app_name: str = "dedup", master: str = "loc
                                 conf=conf)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+@contextlib.contextmanager
+def no_artifacts_folder_left(folder: Path | None = None) -> Iterator[None]:
+    """Remove the ``artifacts/`` folder a Spark 4.0.x session made in ``folder``.
+
+    Spark 4.0's artifact manager makes its root, ``artifacts/spark-<uuid>``, relative to
+    the JVM's working folder (4.1 moved it to the temporary folder, SPARK-52396), and only
+    the JVM's exit removes the ``spark-*`` part: an empty ``artifacts/`` stays in the
+    user's working folder. Wrap a session's life (start to ``stop()``) in this: on exit,
+    the ``spark-*`` folders that appeared are removed (what the JVM's exit would do; the
+    session is stopped, nothing reads them) and ``artifacts/`` too if it did not exist
+    before and is empty then. Anything else in it is left alone. Spark 4.1 and later
+    make nothing there, and then this does nothing. Safe to nest and to repeat.
+
+    Parameters
+    ----------
+    folder:
+        The JVM's working folder (default: the current folder, which the JVM that
+        PySpark starts inherits).
+    """
+    root = (folder or Path.cwd()) / "artifacts"
+    existed = root.exists()
+    before = set(root.glob("spark-*")) if existed else set()
+    try:
+        yield
+    finally:
+        for made in set(root.glob("spark-*")) - before:
+            shutil.rmtree(made, ignore_errors=True)
+        if not existed:
+            with contextlib.suppress(OSError):  # not empty, or already gone: leave it
+                root.rmdir()
