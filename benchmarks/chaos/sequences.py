@@ -88,6 +88,11 @@ UPGRADE_FROM_INDEX = 66
 """Sequences before this index were drawn, and run, before ``spark_upgrade`` joined the
 kinds: :func:`generate` draws them from the other kinds so that they stay what they
 were (their results are kept); from this index on every kind is drawn."""
+PROBE_FROM_INDEX = UPGRADE_FROM_INDEX
+"""From this index on, ``follow_advice`` with no refusal standing starts the query first,
+as an operator would after a flush, a reset or a change, and follows the advice of the
+refusal that start meets (before, it was skipped: 7 hits in sequences 0-65, most after a
+flush that no start had met yet). Sequences before it ran without the probe."""
 TRANSIENT = frozenset({"ReplicaAckError", "TransactionFailedError", "SinkError"})
 """Registered errors that a query death also shows when a service was briefly away (a
 replica's ack, a Kafka transaction, the sink's generic error): restarted, not refusals."""
@@ -619,6 +624,11 @@ stop_after_idle_seconds = 5.0
         if outcome is None:  # nothing to do in this state: not a hit
             step["skipped"] = True
             return step
+        if outcome.pop("no_advice", False):  # started, nothing refused: judged, no hit
+            step.update(outcome)
+            step["visible"] = len(self.visible())
+            return step
+        expected = outcome.pop("expected_now", expected)
         step.update(outcome)
         self.hits[action.kind] += 1
         if expected and "outcome" in outcome:
@@ -714,8 +724,21 @@ stop_after_idle_seconds = 5.0
 
     def _do_follow_advice(self, action: Action, step: dict[str, Any]) -> dict[str, Any] | None:
         if self.pending is None:
-            return None
+            if self.spec.index < PROBE_FROM_INDEX:
+                return None
+            # No start has met a refusal since the last refusal-prone action: start, as
+            # the operator would, judged as a plain run; its refusal's advice is followed.
+            probe_action = Action("run_batches", {"probe_of": "follow_advice"})
+            probe_expected = self.expectation(probe_action)
+            probe = self.run_query()
+            self._judge(probe_action, probe_expected, probe)
+            step["probe"] = {"outcome": probe["outcome"], "error": probe.get("error", ""),
+                             "expected": sorted(probe_expected)}
+            if self.pending is None:
+                return {**probe, "no_advice": True}
         refusal = self.pending
+        assert refusal is not None
+        expected_now = self.expectation(action)
         what = _advice(refusal.error, refusal.message)
         step["advice_of"] = refusal.message[:200]
         step["followed"] = what
@@ -744,7 +767,7 @@ stop_after_idle_seconds = 5.0
             pass  # "Run this checkpoint with Spark <newest> or later": the default Spark
                   # (this process's, the newest supported) runs every other action
         self.pending = None
-        return self.run_query()
+        return {**self.run_query(), "expected_now": expected_now}
 
     def _do_redis_failover(self, action: Action, step: dict[str, Any]) -> dict[str, Any]:
         old = self.primary

@@ -47,6 +47,14 @@ SEQUENCES = [
         Action("change_name", {"name": "sink.options.lease", "value": 5}),
         Action("reset_checkpoint"),
     )),
+    # advice followed right after a flush: no start has met the refusal yet, so
+    # follow_advice starts (refused: a lost catalog), then does what the message says
+    SequenceSpec(index=9004, seed=14, one_pass=True, rows=200, actions=(
+        Action("run_batches", {"k": 2}),
+        Action("redis_flush"),
+        Action("follow_advice"),
+        Action("run_batches", {"k": 1}),
+    )),
 ]
 
 

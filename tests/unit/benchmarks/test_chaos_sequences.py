@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from benchmarks.chaos.sequences import (
     ACTION_KINDS,
     ADVICE,
     CHANGES,
     OLDER_SPARKS,
+    PROBE_FROM_INDEX,
     REFUSALS_DOC,
     UPGRADE_FROM_INDEX,
     figures,
@@ -118,3 +122,76 @@ def test_a_fail_point_cleared_between_actions_is_not_taken_for_fired_again(
     clear_fail_points(tmp_path)
     arm(tmp_path, "sink.after_checkpoint", "sleep", seconds=1)  # the second hold
     assert wait_fired(tmp_path, "sink.after_checkpoint", timeout=0.5) is None
+
+
+class _Offline:
+    """A :class:`Sequence` with no services: ``run_query`` answers from a script (the
+    refusal a start meets, or none), ``visible`` is empty. Tests the explorer's logic."""
+
+    @staticmethod
+    def make(index: int, tmp_path: Path, starts: list[str | None]) -> Any:
+        from benchmarks.chaos.sequences import Refusal, Sequence, SequenceSpec, start_settings
+
+        seq: Any = Sequence.__new__(Sequence)
+        seq.spec = SequenceSpec(index=index, seed=1, one_pass=False, actions=())
+        seq.base_app_id = seq.app_id = f"seq-{index}"
+        seq.dir = tmp_path
+        seq.settings = start_settings()
+        seq.recorded = None
+        seq.checkpoints = [str(tmp_path / "checkpoint-0")]
+        seq.unfinished = False
+        seq.pending = None
+        seq.flushed_with_batches = True  # a flush under a checkpoint with batches
+        seq.announced, seq.flushed_visible = set(), set()
+        seq.hits, seq.contradictions, seq.trace = Counter(), [], []
+        seq.started = []
+
+        def run_query(hold: Any = None) -> dict[str, Any]:
+            seq.started.append(seq.checkpoint)
+            error = starts.pop(0)
+            if error is None:
+                return {"outcome": "works", "errors": []}
+            message = (f"{error}: the catalog of app id {seq.app_id} was lost; ... or "
+                       "start a new checkpoint location")
+            seq.pending = Refusal(error, message, "start", seq.checkpoint)
+            return {"outcome": "refused", "error": error, "stage": "start",
+                    "message": message, "errors": []}
+
+        seq.run_query = run_query
+        seq.visible = list
+        return seq
+
+
+def test_follow_advice_with_nothing_refused_yet_starts_and_follows_what_it_meets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sequences 0-65 skipped ``follow_advice`` when no start had met the refusal yet
+    (7 hits in 66 sequences); from PROBE_FROM_INDEX on it starts first, judges that
+    start as a plain run, and follows the advice of the refusal it meets."""
+    import benchmarks.chaos.sequences as sequences
+
+    monkeypatch.setattr(sequences, "committed_batches", lambda checkpoint: 0)
+    monkeypatch.setattr(sequences, "_advice", lambda error, message: "new_checkpoint")
+    seq = _Offline.make(PROBE_FROM_INDEX, tmp_path, ["SettingChangedError", None])
+    step = seq.do(sequences.Action("follow_advice"))
+    assert step["probe"] == {"outcome": "refused", "error": "SettingChangedError",
+                             "expected": ["refused:SettingChangedError"]}
+    assert step["followed"] == "new_checkpoint" and step["outcome"] == "works"
+    assert seq.started == [str(tmp_path / "checkpoint-0"), str(tmp_path / "checkpoint-1")]
+    assert seq.hits["follow_advice"] == 1 and not seq.contradictions
+
+    # a start that meets no refusal: judged, not counted as advice followed
+    seq = _Offline.make(PROBE_FROM_INDEX, tmp_path, [None])
+    seq.flushed_with_batches = False
+    step = seq.do(sequences.Action("follow_advice"))
+    assert step["outcome"] == "works" and "followed" not in step
+    assert seq.hits["follow_advice"] == 0 and not seq.contradictions
+
+    # a start the table says must be refused, and was not: a contradiction
+    seq = _Offline.make(PROBE_FROM_INDEX, tmp_path, [None])
+    seq.do(sequences.Action("follow_advice"))
+    assert seq.contradictions and "probe_of=follow_advice" in seq.contradictions[0]
+
+    # before PROBE_FROM_INDEX: skipped, as those sequences ran
+    seq = _Offline.make(PROBE_FROM_INDEX - 1, tmp_path, [])
+    assert seq.do(sequences.Action("follow_advice")).get("skipped") is True
+    assert seq.started == []
