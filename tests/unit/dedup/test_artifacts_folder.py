@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dedup.local.spark import no_artifacts_folder_left
 
 
@@ -40,13 +42,10 @@ def test_anything_else_written_there_meanwhile_stays(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "artifacts").iterdir()] == ["report.txt"]
 
 
-def test_nothing_made_nothing_done_even_on_an_error(tmp_path: Path) -> None:
-    try:
-        with no_artifacts_folder_left(tmp_path):
-            _spark_makes_its_root(tmp_path)
-            raise RuntimeError("the query failed")
-    except RuntimeError:
-        pass
+def test_removed_on_an_error_too_and_nothing_made_nothing_done(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), no_artifacts_folder_left(tmp_path):
+        _spark_makes_its_root(tmp_path)
+        raise RuntimeError("the query failed")
     assert not list(tmp_path.iterdir())
     with no_artifacts_folder_left(tmp_path):
         pass
