@@ -64,6 +64,41 @@ def test_persistence_off_is_refused_and_turning_it_on_as_told_is_accepted(
         assert worker.claim(q, 1, 0, ["b", "c"], q, now=NOW).keep.tolist() == [False, True]
 
 
+def test_config_get_refused_is_refused_and_opting_out_as_told_on_a_safe_redis_is_exact(
+        tmp_path: Path) -> None:
+    """A Redis whose ACL forbids ``CONFIG`` (as managed Redis does): "refused CONFIG GET
+    ... if AOF is on and maxmemory-policy is noeviction, set
+    RedisConfig(require_persistence=False)". On a Redis where both hold, doing that lets
+    the start check pass and the claims decide exactly."""
+    from dedup.local.services import RedisServer
+
+    with RedisServer(tmp_path / "redis-no-config", appendonly=True) as server:
+        admin = redis.Redis.from_url(server.url)
+        # what the operator confirms before opting out: AOF on, nothing evicted
+        assert admin.config_get("appendonly") == {"appendonly": "yes"}
+        assert admin.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+        admin.execute_command("ACL", "SETUSER", "app", "on", ">app-secret", "~*", "&*",
+                              "+@all", "-config")
+        url = server.url.replace("redis://", "redis://app:app-secret@", 1)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            redis.Redis.from_url(url).config_get("appendonly")  # the Redis refuses CONFIG
+        cfg = make_config(url, num_shards=1)
+        with pytest.raises(UnsafeSettingError, match="refused CONFIG GET") as refusal:
+            RedisCatalog(cfg).check_setup()
+        assert "set RedisConfig(require_persistence=False)" in str(refusal.value)
+        # the advice, literally: the same app id, require_persistence=False
+        cfg = DedupConfig(cfg.app_id, RedisConfig(url, require_persistence=False),
+                          num_shards=1)
+        RedisCatalog(cfg).check_setup()
+        (q,) = query_ids()
+        worker = claimer(cfg)
+        assert worker.claim(q, 0, 0, ["a", "b"], q, now=NOW).keep.tolist() == [True, True]
+        assert worker.claim(q, 1, 0, ["b", "c", "a"], q, now=NOW).keep.tolist() == [
+            False, True, False]
+        assert claimer(cfg).claim(q, 2, 0, ["c", "d"], q, now=NOW).keep.tolist() == [
+            False, True]
+
+
 @pytest.mark.parametrize("where", ["start", "claim"])
 def test_a_changed_shard_count_is_refused_and_the_recorded_count_as_told_is_exact(
         redis_url: str, where: str) -> None:
