@@ -11,6 +11,7 @@ is exact.
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any
 
@@ -148,3 +149,43 @@ def test_a_record_too_large_for_its_topic_goes_to_the_dead_letter_topic_once(
     assert (letter.value, letter.header(RECORD_ID_HEADER)) == (BIG_VALUE, BIG_ID.encode())
     reason = (letter.header(ERROR_HEADER) or b"").decode()
     assert f"topic '{topics.out}'" in reason and "max.message.bytes" in reason, reason
+
+
+def test_a_compressed_batch_too_large_for_its_topic_is_refused_and_raising_its_limit_is_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_checkpoint: str) -> None:
+    """With ``kafka.compression.type`` set the topic's ``max.message.bytes`` bounds
+    compressed batches, which only the broker measures: a 2 MB value that does not
+    compress is refused by the broker (``MSG_SIZE_TOO_LARGE``), and the batch fails with
+    ``TransactionFailedError ... raise max.message.bytes of topic '<out>'``. Nothing is
+    lost; doing that and restarting from the same checkpoint ends exact."""
+    sinks.register(spark)
+    big = random.Random(33).randbytes(len(BIG_VALUE))  # lz4 cannot shrink it
+    ensure_topic(kafka_bootstrap, f"{app_id}-in", 2, config={"max.message.bytes": str(ROOMY)})
+    topics, expected = fill_input(kafka_bootstrap, app_id, records=400, duplicates=40)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": ROOMY})
+    producer.produce(topics.source, key=BIG_ID.encode(), value=big, partition=0)
+    assert producer.flush(30) == 0
+    expected[BIG_ID] = big
+    options = {**sink_options(kafka_bootstrap, topics, app_id, redis_url),
+               "kafka.compression.type": "lz4", "kafka.message.max.bytes": str(ROOMY)}
+
+    def run() -> None:
+        run_to_end(build_stream(spark, kafka_bootstrap, topics, app_id, redis_url), options,
+                   tmp_checkpoint)
+
+    refusal = _refusal(run)
+    line = next((x for x in refusal.splitlines() if "TransactionFailedError:" in x), "")
+    assert "MSG_SIZE_TOO_LARGE" in line, refusal[-3000:]
+    assert f"raise max.message.bytes of topic '{topics.out}'" in line, line
+    partial = check_exact(kafka_bootstrap, topics.out, expected)
+    assert (partial.duplicated, partial.phantoms, partial.mismatched) == (0, 0, 0), \
+        partial.summary()
+    assert partial.lost > 0 and partial.open_transactions == 0, partial.summary()
+
+    # The advice, literally: raise that topic's limit (to the producer's), the same
+    # checkpoint.
+    _set_topic_limit(kafka_bootstrap, topics.out, ROOMY)
+    run()
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
