@@ -716,14 +716,19 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
                 # The sink's own check passed: a lowered limit, or compressed batches.
                 forget_topic_limits(config)
             if attempt >= config.transaction_retries:
+                # every topic of the partition's records: the client's text names the
+                # refused one, but only in its own words
+                topics = sorted({r.topic for r in records})
+                named = ("topic " if len(topics) == 1 else "topics ") + ", ".join(
+                    f"'{t}'" for t in topics)
                 raise TransactionFailedError(
                     f"batch {batch} partition {partition}: transaction aborted "
                     f"{attempt} times ({exc}); the task fails and Spark retries it"
                     + ("; the broker refused a record as larger than its topic's "
                        "max.message.bytes (a limit lowered since the sink read it, which "
                        "the retry reads again, or with kafka.compression.type set, which "
-                       "bounds compressed batches only the broker measures): raise that "
-                       "topic's max.message.bytes" if too_large else "")
+                       "bounds compressed batches only the broker measures): raise "
+                       f"max.message.bytes of {named}" if too_large else "")
                 ) from exc
             log.warning("aborted transaction of %s (attempt %d): %s", txn_id, attempt, exc)
         except _Fenced as exc:

@@ -38,7 +38,7 @@ INSTRUCTION = re.compile(
     r"make the source|derive IDs|finish it|check the output|release\(\))", re.I)
 NEW_APP_ID = re.compile(r"new app[._ ]?id", re.I)
 LOSS_STATED = re.compile(r"duplicates of (the )?records (it )?emitted (before|so far)", re.I)
-NOT_YET_FOLLOWED = 1
+NOT_YET_FOLLOWED = 0
 """Rows whose advice no test follows yet: this number may only go down."""
 
 
