@@ -113,6 +113,85 @@ def test_a_recreated_input_topic_under_coordinate_ids_is_refused_until_a_new_app
         {"lost": 0, "duplicated": 0, "phantoms": 0, "mismatched": 0}
 
 
+def test_a_recreated_input_topic_under_a_kept_checkpoint_is_refused_twice_each_advice_exact(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_path: Any) -> None:
+    """A chain of refusals, each advice followed literally. The input topic deleted and
+    created again with other records, and ``dedup run``'s query started on its kept
+    checkpoint: refused ("... start with a new checkpoint"); a new checkpoint, the app
+    id kept: refused again (the coordinates are claimed: "... a new app id with a new
+    checkpoint"); that done: every record of both topics in the output once."""
+    source, out = f"{app_id}-in", f"{app_id}-out"
+    ensure_topic(kafka_bootstrap, source, PARTITIONS)
+    ensure_topic(kafka_bootstrap, out, PARTITIONS)
+    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    expected = _produce(kafka_bootstrap, source, "old")
+    kept = str(tmp_path / "kept")
+    assert not _run(spark, _pipeline(app_id, source, out), addresses, kept)
+    _recreate(kafka_bootstrap, source)
+    expected |= _produce(kafka_bootstrap, source, "new")
+
+    first = _run(spark, _pipeline(app_id, source, out), addresses, kept)
+    assert "SettingChangedError" in first and "which do not carry to another topic" in first \
+        and "or start with a new checkpoint" in first, \
+        f"not refused: {first!r}; output {_by_key(kafka_bootstrap, out, expected)}"
+    # the first advice, literally: a new checkpoint (nothing else changed)
+    second = _run(spark, _pipeline(app_id, source, out), addresses, str(tmp_path / "new"))
+    assert "SettingChangedError" in second and "new app id with a new checkpoint" in second, \
+        f"not refused: {second!r}; output {_by_key(kafka_bootstrap, out, expected)}"
+    # the second advice, literally: a new app id with a new checkpoint
+    assert not _run(spark, _pipeline(f"{app_id}-2", source, out), addresses,
+                    str(tmp_path / "newer"))
+    assert _by_key(kafka_bootstrap, out, expected) == \
+        {"lost": 0, "duplicated": 0, "phantoms": 0, "mismatched": 0}
+
+
+def test_an_input_topic_recreated_mid_batch_is_refused_saying_what_went_with_it(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_path: Any) -> None:
+    """The chain once more with batch 1 partly committed when the input topic is deleted
+    and created again. The first refusal's way to move ("restore the old one until batch
+    1 is committed") cannot be followed: the old topic is gone, and with it the records
+    of batch 1 not yet in the output. The refusal says so and what to do; done
+    literally (a new checkpoint, then as the next refusal says a new app id with a new
+    checkpoint) the output holds every record of both topics once except exactly those
+    the refusal named as lost."""
+    from tests.integration.cli.test_pipeline_key_changes import _partial_batch
+
+    source, out = f"{app_id}-in", f"{app_id}-out"
+    ensure_topic(kafka_bootstrap, source, PARTITIONS)
+    ensure_topic(kafka_bootstrap, out, PARTITIONS)
+    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    expected = _produce(kafka_bootstrap, source, "old")
+    kept = str(tmp_path / "kept")
+    _partial_batch(spark, _pipeline(app_id, source, out), addresses, kept,
+                   str(tmp_path / "faults"))
+    emitted = {(r.key or b"").decode() for r in consume_all(kafka_bootstrap, out,
+                                                             "read_committed")}
+    gone = {key for key in expected if key not in emitted}  # batch 1's uncommitted part
+    assert gone and len(gone) < RECORDS, len(gone)
+    _recreate(kafka_bootstrap, source)
+    expected |= _produce(kafka_bootstrap, source, "new")
+
+    first = _run(spark, _pipeline(app_id, source, out), addresses, kept)
+    assert "SettingChangedError" in first and "until batch 1 is committed" in first, first
+    assert "if the old topic is gone for good, the records of batch 1 not in the output " \
+        "yet went with it" in first and "start with a new checkpoint" in first, first
+    # as it says for a topic gone for good: a new checkpoint (the app id kept) ...
+    second = _run(spark, _pipeline(app_id, source, out), addresses, str(tmp_path / "new"))
+    assert "SettingChangedError" in second and "new app id with a new checkpoint" in second, \
+        f"not refused: {second!r}; output {_by_key(kafka_bootstrap, out, expected)}"
+    # ... then, as the next refusal says, a new app id with a new checkpoint
+    assert not _run(spark, _pipeline(f"{app_id}-2", source, out), addresses,
+                    str(tmp_path / "newer"))
+    report = _by_key(kafka_bootstrap, out, expected)
+    assert report == {"lost": len(gone), "duplicated": 0, "phantoms": 0, "mismatched": 0}, \
+        report
+    final = {(r.key or b"").decode() for r in consume_all(kafka_bootstrap, out,
+                                                           "read_committed")}
+    assert set(expected) - final == gone  # exactly the records the refusal named
+
+
 @pytest.mark.parametrize("missing", [False, True])
 def test_topic_ids_name_each_topic_and_change_when_it_is_created_again(
         kafka_bootstrap: str, app_id: str, missing: bool) -> None:
