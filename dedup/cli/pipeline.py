@@ -468,6 +468,13 @@ def check_source_topics_kept(pipeline: PipelineFile, addresses: Addresses,
         if name in now and now[name] != before:
             move = _move_advice(checkpoint,
                                 "to move to the new topic, restore the old one")
+            batch = unfinished_batch(checkpoint)
+            # A deleted topic cannot be restored: say what went with it (the batch's
+            # records not yet emitted) and what then remains to do.
+            gone = ("" if batch is None else
+                    f"; if the old topic is gone for good, the records of batch {batch} not "
+                    "in the output yet went with it (replay them from a copy of the old "
+                    "topic, if one is kept): start with a new checkpoint")
             raise SettingChangedError(
                 f"checkpoint {checkpoint} read Kafka topic {name!r} with topic id {before}, "
                 f"but the topic of that name at {addresses.source_bootstrap} has id "
@@ -475,7 +482,7 @@ def check_source_topics_kept(pipeline: PipelineFile, addresses: Addresses,
                 "would resume it from the old topic's offsets, which do not carry to another "
                 "topic: restore source.bootstrap_servers (or the old topic) for as long as "
                 f"this checkpoint is kept, or {move} (source.starting_offsets where the new "
-                "topic is to be read from)")
+                f"topic is to be read from){gone}")
     return now
 
 
