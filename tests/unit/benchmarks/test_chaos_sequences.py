@@ -195,3 +195,26 @@ def test_follow_advice_with_nothing_refused_yet_starts_and_follows_what_it_meets
     seq = _Offline.make(PROBE_FROM_INDEX - 1, tmp_path, [])
     assert seq.do(sequences.Action("follow_advice")).get("skipped") is True
     assert seq.started == []
+
+
+@pytest.mark.parametrize("start", ["SettingChangedError", None])
+def test_advice_followed_on_a_flushed_checkpoint_expects_the_lost_catalog_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str | None) -> None:
+    """Sequence 129: a refusal (a changed shard count), then ``FLUSHALL`` under the
+    checkpoint's committed batches, then its advice (the recorded count back). The
+    advice answers the older refusal only: the kept checkpoint on the flushed Redis
+    must still be refused (the table's lost-catalog row), and a start that works is
+    the contradiction. The explorer expected "works" and failed the right refusal."""
+    import benchmarks.chaos.sequences as sequences
+
+    monkeypatch.setattr(sequences, "committed_batches", lambda checkpoint: 1)
+    monkeypatch.setattr(sequences, "_advice", lambda error, message: "restore_recorded")
+    seq = _Offline.make(PROBE_FROM_INDEX, tmp_path, [start])
+    seq.pending = sequences.Refusal("ShardCountMismatchError",
+                                    "ShardCountMismatchError: ... use num_shards=4",
+                                    "start", seq.checkpoint)
+    step = seq.do(sequences.Action("follow_advice"))
+    assert step["followed"] == "restore_recorded" and step["expected"] == [
+        "refused:SettingChangedError"]
+    assert seq.hits["follow_advice"] == 1
+    assert bool(seq.contradictions) == (start is None), seq.contradictions
