@@ -71,6 +71,13 @@ def _recreate(bootstrap: str, topic: str) -> None:
             time.sleep(0.5)
 
 
+def _recreated_with_other_records(bootstrap: str, topic: str) -> dict[str, bytes]:
+    """``topic`` deleted and created again (:func:`_recreate`), then :data:`RECORDS`
+    records of its own; returns them."""
+    _recreate(bootstrap, topic)
+    return _produce(bootstrap, topic, "new")
+
+
 def _by_key(bootstrap: str, topic: str, expected: dict[str, bytes]) -> dict[str, int]:
     """The output against ``expected``, by record key."""
     seen: Counter[str] = Counter()
@@ -85,6 +92,26 @@ def _by_key(bootstrap: str, topic: str, expected: dict[str, bytes]) -> dict[str,
             "mismatched": wrong}
 
 
+def _topics(bootstrap: str, redis_url: str, app_id: str) -> tuple[str, str, Addresses]:
+    """The test's input and output topics, and the addresses ``dedup run`` uses."""
+    source, out = f"{app_id}-in", f"{app_id}-out"
+    ensure_topic(bootstrap, source, PARTITIONS)
+    ensure_topic(bootstrap, out, PARTITIONS)
+    return source, out, Addresses(redis_url, bootstrap, bootstrap)
+
+
+def _new_app_id_as_told(spark: Any, bootstrap: str, app_id: str, topics: tuple[str, str],
+                        addresses: Addresses, checkpoint: str, refusal: str,
+                        expected: dict[str, bytes]) -> dict[str, int]:
+    """``refusal`` (a start on a new checkpoint, the app id kept) names the claimed
+    coordinates; as it says, a new app id with a new checkpoint: the output by key."""
+    source, out = topics
+    assert "SettingChangedError" in refusal and "new app id with a new checkpoint" in refusal, \
+        f"not refused: {refusal!r}; output {_by_key(bootstrap, out, expected)}"
+    assert not _run(spark, _pipeline(f"{app_id}-2", source, out), addresses, checkpoint)
+    return _by_key(bootstrap, out, expected)
+
+
 def test_a_recreated_input_topic_under_coordinate_ids_is_refused_until_a_new_app_id(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_path: Any) -> None:
@@ -92,24 +119,16 @@ def test_a_recreated_input_topic_under_coordinate_ids_is_refused_until_a_new_app
     a new checkpoint: refused at start (the new records' coordinates are claimed);
     as the refusal says, a new app id with a new checkpoint: every record of both
     topics in the output once."""
-    source, out = f"{app_id}-in", f"{app_id}-out"
-    ensure_topic(kafka_bootstrap, source, PARTITIONS)
-    ensure_topic(kafka_bootstrap, out, PARTITIONS)
-    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    source, out, addresses = _topics(kafka_bootstrap, redis_url, app_id)
     expected = _produce(kafka_bootstrap, source, "old")
     assert not _run(spark, _pipeline(app_id, source, out), addresses,
                     str(tmp_path / "first"))
     assert _by_key(kafka_bootstrap, out, expected) == \
         {"lost": 0, "duplicated": 0, "phantoms": 0, "mismatched": 0}
-    _recreate(kafka_bootstrap, source)
-    expected |= _produce(kafka_bootstrap, source, "new")
+    expected |= _recreated_with_other_records(kafka_bootstrap, source)
     error = _run(spark, _pipeline(app_id, source, out), addresses, str(tmp_path / "second"))
-    assert "SettingChangedError" in error and "new app id" in error, \
-        f"not refused: {error!r}; output {_by_key(kafka_bootstrap, out, expected)}"
-    # as the refusal says: a new app id, with a new checkpoint
-    assert not _run(spark, _pipeline(f"{app_id}-2", source, out), addresses,
-                    str(tmp_path / "third"))
-    assert _by_key(kafka_bootstrap, out, expected) == \
+    assert _new_app_id_as_told(spark, kafka_bootstrap, app_id, (source, out), addresses,
+                               str(tmp_path / "third"), error, expected) == \
         {"lost": 0, "duplicated": 0, "phantoms": 0, "mismatched": 0}
 
 
@@ -121,15 +140,11 @@ def test_a_recreated_input_topic_under_a_kept_checkpoint_is_refused_twice_each_a
     checkpoint: refused ("... start with a new checkpoint"); a new checkpoint, the app
     id kept: refused again (the coordinates are claimed: "... a new app id with a new
     checkpoint"); that done: every record of both topics in the output once."""
-    source, out = f"{app_id}-in", f"{app_id}-out"
-    ensure_topic(kafka_bootstrap, source, PARTITIONS)
-    ensure_topic(kafka_bootstrap, out, PARTITIONS)
-    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    source, out, addresses = _topics(kafka_bootstrap, redis_url, app_id)
     expected = _produce(kafka_bootstrap, source, "old")
     kept = str(tmp_path / "kept")
     assert not _run(spark, _pipeline(app_id, source, out), addresses, kept)
-    _recreate(kafka_bootstrap, source)
-    expected |= _produce(kafka_bootstrap, source, "new")
+    expected |= _recreated_with_other_records(kafka_bootstrap, source)
 
     first = _run(spark, _pipeline(app_id, source, out), addresses, kept)
     assert "SettingChangedError" in first and "which do not carry to another topic" in first \
@@ -137,12 +152,9 @@ def test_a_recreated_input_topic_under_a_kept_checkpoint_is_refused_twice_each_a
         f"not refused: {first!r}; output {_by_key(kafka_bootstrap, out, expected)}"
     # the first advice, literally: a new checkpoint (nothing else changed)
     second = _run(spark, _pipeline(app_id, source, out), addresses, str(tmp_path / "new"))
-    assert "SettingChangedError" in second and "new app id with a new checkpoint" in second, \
-        f"not refused: {second!r}; output {_by_key(kafka_bootstrap, out, expected)}"
     # the second advice, literally: a new app id with a new checkpoint
-    assert not _run(spark, _pipeline(f"{app_id}-2", source, out), addresses,
-                    str(tmp_path / "newer"))
-    assert _by_key(kafka_bootstrap, out, expected) == \
+    assert _new_app_id_as_told(spark, kafka_bootstrap, app_id, (source, out), addresses,
+                               str(tmp_path / "newer"), second, expected) == \
         {"lost": 0, "duplicated": 0, "phantoms": 0, "mismatched": 0}
 
 
@@ -158,10 +170,7 @@ def test_an_input_topic_recreated_mid_batch_is_refused_saying_what_went_with_it(
     the refusal named as lost."""
     from tests.integration.cli.test_pipeline_key_changes import _partial_batch
 
-    source, out = f"{app_id}-in", f"{app_id}-out"
-    ensure_topic(kafka_bootstrap, source, PARTITIONS)
-    ensure_topic(kafka_bootstrap, out, PARTITIONS)
-    addresses = Addresses(redis_url, kafka_bootstrap, kafka_bootstrap)
+    source, out, addresses = _topics(kafka_bootstrap, redis_url, app_id)
     expected = _produce(kafka_bootstrap, source, "old")
     kept = str(tmp_path / "kept")
     _partial_batch(spark, _pipeline(app_id, source, out), addresses, kept,
@@ -170,8 +179,7 @@ def test_an_input_topic_recreated_mid_batch_is_refused_saying_what_went_with_it(
                                                              "read_committed")}
     gone = {key for key in expected if key not in emitted}  # batch 1's uncommitted part
     assert gone and len(gone) < RECORDS, len(gone)
-    _recreate(kafka_bootstrap, source)
-    expected |= _produce(kafka_bootstrap, source, "new")
+    expected |= _recreated_with_other_records(kafka_bootstrap, source)
 
     first = _run(spark, _pipeline(app_id, source, out), addresses, kept)
     assert "SettingChangedError" in first and "until batch 1 is committed" in first, first
@@ -179,12 +187,9 @@ def test_an_input_topic_recreated_mid_batch_is_refused_saying_what_went_with_it(
         "yet went with it" in first and "start with a new checkpoint" in first, first
     # as it says for a topic gone for good: a new checkpoint (the app id kept) ...
     second = _run(spark, _pipeline(app_id, source, out), addresses, str(tmp_path / "new"))
-    assert "SettingChangedError" in second and "new app id with a new checkpoint" in second, \
-        f"not refused: {second!r}; output {_by_key(kafka_bootstrap, out, expected)}"
     # ... then, as the next refusal says, a new app id with a new checkpoint
-    assert not _run(spark, _pipeline(f"{app_id}-2", source, out), addresses,
-                    str(tmp_path / "newer"))
-    report = _by_key(kafka_bootstrap, out, expected)
+    report = _new_app_id_as_told(spark, kafka_bootstrap, app_id, (source, out), addresses,
+                                 str(tmp_path / "newer"), second, expected)
     assert report == {"lost": len(gone), "duplicated": 0, "phantoms": 0, "mismatched": 0}, \
         report
     final = {(r.key or b"").decode() for r in consume_all(kafka_bootstrap, out,
