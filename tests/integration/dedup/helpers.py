@@ -140,3 +140,20 @@ def assert_dead_letter_split(bootstrap: str, out: str, dead: str) -> None:
     assert sorted((r.header(RECORD_ID_HEADER) or b"", r.value or b"") for r in good) == [
         (b"a", b"1"), (b"d", b"6")]
     assert sorted(r.value or b"" for r in bad) == [b"2", b"3", b"5"]
+
+
+def replicate(primary_url: str, replica_url: str) -> Any:
+    """Make ``replica_url`` a replica of ``primary_url``; its client once in sync."""
+    from urllib.parse import urlsplit
+
+    import redis
+
+    replica = redis.Redis.from_url(replica_url)
+    replica.execute_command("REPLICAOF", "127.0.0.1", str(urlsplit(primary_url).port))
+    deadline = time.monotonic() + 30
+    while replica.info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < deadline, "the replica did not sync with the primary"
+        time.sleep(0.1)
+    primary = redis.Redis.from_url(primary_url)
+    assert primary.wait(1, 5000) == 1
+    return replica

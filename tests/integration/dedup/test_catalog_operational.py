@@ -24,7 +24,12 @@ from dedup import (
     ShardClaimer,
 )
 from dedup.bloom import FilterCache
-from tests.integration.dedup.helpers import catalog_holds, driver_catalog, query_ids
+from tests.integration.dedup.helpers import (
+    catalog_holds,
+    driver_catalog,
+    query_ids,
+    replicate,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -229,22 +234,6 @@ def test_a_new_query_may_take_over_once_the_old_one_committed_or_was_forgotten(
     assert outcome.keep.tolist() == [False, True]  # y counts as seen, as the message said
 
 
-def _replicate(primary_url: str, replica_url: str) -> Any:
-    """Make ``replica_url`` a replica of ``primary_url``; its client once in sync."""
-    import time
-    from urllib.parse import urlsplit
-
-    replica = redis.Redis.from_url(replica_url)
-    replica.execute_command("REPLICAOF", "127.0.0.1", str(urlsplit(primary_url).port))
-    deadline = time.monotonic() + 30
-    while replica.info("replication").get("master_link_status") != "up":
-        assert time.monotonic() < deadline, "the replica did not sync with the primary"
-        time.sleep(0.1)
-    primary = redis.Redis.from_url(primary_url)
-    assert primary.wait(1, 5000) == 1
-    return replica
-
-
 def test_a_claim_is_acknowledged_only_once_a_replica_holds_it(tmp_path: Any) -> None:
     """Failover to a lagging replica: a claim the primary acknowledged but never
     replicated is gone after the failover, and its ID passes as new a second time.
@@ -255,7 +244,7 @@ def test_a_claim_is_acknowledged_only_once_a_replica_holds_it(tmp_path: Any) -> 
 
     with RedisServer(tmp_path / "primary") as primary, \
             RedisServer(tmp_path / "replica") as replica_server:
-        replica = _replicate(primary.url, replica_server.url)
+        replica = replicate(primary.url, replica_server.url)
         # failover_wait=0: the claim below fails at once, as it does once the wait ran out
         cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}",
                           RedisConfig(primary.url, failover_wait=0), num_shards=1,
@@ -291,7 +280,7 @@ def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_to
 
     with RedisServer(tmp_path / "primary") as primary, \
             RedisServer(tmp_path / "replica") as replica_server:
-        replica = _replicate(primary.url, replica_server.url)
+        replica = replicate(primary.url, replica_server.url)
         cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}",
                           RedisConfig(primary.url, replica_timeout=0.5, failover_wait=0),
                           num_shards=1, bloom=BloomConfig(enabled=False))
@@ -301,7 +290,7 @@ def test_a_claim_no_replica_held_is_retried_once_it_is_back_and_a_failover_is_to
         replica.execute_command("REPLICAOF", "NO", "ONE")
         with pytest.raises(ReplicaAckError, match=r"reached 0 of 1 replicas"):
             worker.claim(q, 0, 0, ["x1"], now=now)
-        _replicate(primary.url, replica_server.url)
+        replicate(primary.url, replica_server.url)
         retry = worker.claim(q, 0, 0, ["x1"], now=now)  # the decision is replayed
         assert retry.keep.tolist() == [True]
         assert catalog_holds(replica, cfg.app_id, 0, "x1")
@@ -329,13 +318,13 @@ def test_a_claim_waits_for_a_replica_that_comes_back_within_the_failover_wait(
 
     with RedisServer(tmp_path / "primary") as primary, \
             RedisServer(tmp_path / "replica") as replica_server:
-        replica = _replicate(primary.url, replica_server.url)
+        replica = replicate(primary.url, replica_server.url)
         cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}",
                           RedisConfig(primary.url, replica_timeout=0.5, failover_wait=30),
                           num_shards=1, bloom=BloomConfig(enabled=False))
         assert RedisCatalog(cfg).check_setup()["replicas"] == "1"
         replica.execute_command("REPLICAOF", "NO", "ONE")
-        back = threading.Timer(2.0, _replicate, (primary.url, replica_server.url))
+        back = threading.Timer(2.0, replicate, (primary.url, replica_server.url))
         back.start()
         started = time.monotonic()
         try:

@@ -168,11 +168,11 @@ def test_too_few_replicas_at_start_are_refused_and_reattaching_them_as_told_is_a
     """The app id's claims wait for one replica, and a start finds none: "reattach the
     replicas"; once attached, the start check passes and a claim is acknowledged."""
     from dedup.local.services import RedisServer
-    from tests.integration.dedup.test_catalog_operational import _replicate
+    from tests.integration.dedup.helpers import replicate
 
     with RedisServer(tmp_path / "primary") as primary, \
             RedisServer(tmp_path / "replica") as replica_server:
-        replica = _replicate(primary.url, replica_server.url)
+        replica = replicate(primary.url, replica_server.url)
         cfg = make_config(primary.url, num_shards=1, bloom=BloomConfig(enabled=False))
         assert RedisCatalog(cfg).check_setup()["replicas"] == "1"
         replica.execute_command("REPLICAOF", "NO", "ONE")  # the replica is gone
@@ -183,7 +183,7 @@ def test_too_few_replicas_at_start_are_refused_and_reattaching_them_as_told_is_a
                                     ["connected_slaves"]) == 0, 30)
         with pytest.raises(ReplicaAckError, match="reattach the replicas"):
             RedisCatalog(cfg).check_setup()
-        _replicate(primary.url, replica_server.url)  # the advice
+        replicate(primary.url, replica_server.url)  # the advice
         assert RedisCatalog(cfg).check_setup()["replicas"] == "1"
         (q,) = query_ids()
         assert claimer(cfg).claim(q, 0, 0, ["x"], q, now=NOW).keep.tolist() == [True]
