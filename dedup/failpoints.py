@@ -22,6 +22,11 @@ Names used by the toolkit:
 
 ``dedup.after_claim``
     After the catalog claim of a (batch, shard) and before its rows are returned.
+``dedup.before_progress_record``
+    In the driver's listener (dedup/gc.py), on a progress event of a query that
+    deduplicates, before the lease renewal, the committed batch's record and the
+    collection of older decisions. Spark delivers a stopped query's last events
+    after ``query.stop()`` returned: armed with ``sleep`` it holds them there.
 ``dedup.batch_clock``
     Where a partition reads the batch time that decides late records and time
     buckets; armed with action ``skew`` it shifts that time by ``seconds`` (see
@@ -55,6 +60,7 @@ ENV_VAR = "DEDUP_FAIL_POINT_DIR"
 
 KNOWN_FAIL_POINTS = (
     "dedup.after_claim",
+    "dedup.before_progress_record",
     "dedup.batch_clock",
     "sink.after_checkpoint",
     "sink.before_send_offsets",

@@ -23,6 +23,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from dedup.catalog import RedisCatalog
 from dedup.exceptions import DedupError
+from dedup.failpoints import fail_point
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,12 @@ class DecisionGcListener(StreamingQueryListener):
                 self._owners.setdefault(query_id, set()).update(name for name, _ in mine)
                 self._last[query_id] = int(progress.batchId)
         for _, catalog in mine:
+            try:
+                fail_point("dedup.before_progress_record", catalog.config.fail_points.directory,
+                           batch=progress.batchId, query=query_id)
+            except DedupError as exc:  # a raise action: this event's writes are lost
+                log.warning("dedup progress of query %s not recorded: %s", query_id, exc)
+                continue
             self._renew(catalog, query_id)
             try:
                 self.collected += catalog.commit_progress(query_id, int(progress.batchId))

@@ -52,6 +52,9 @@ producer when it fires inside a transaction). A SIGKILL of the task's Python wor
 step, with its caches, is the failure ``kill``; the driver's kill is ``driver``."""
 
 NOT_MODELLED_FAIL_POINTS: dict[str, str] = {
+    "dedup.before_progress_record": "a hold of the driver's listener (action 'sleep'), not a "
+                                    "crash: the model's listener step is apart from Spark's "
+                                    "commit already, and a driver kill loses it (progress=-1)",
     "dedup.batch_clock": "a clock skew (action 'skew'), not a crash: decisions read the batch's "
                          "time (docs/design.md, invariant 11); the model has no clock, so a skew "
                          "changes nothing in it (late records and time buckets are not modelled)",
