@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dedup.config import FailPointConfig
 from dedup.exceptions import CatalogUnavailableError
 from dedup.gc import DecisionGcListener
 
@@ -17,7 +18,7 @@ class RecordingCatalog:
         self.released: list[str] = []
         self.renewed: list[str] = []
         self.fail = fail
-        self.config = SimpleNamespace(allow_shared_app_id=False)
+        self.config = SimpleNamespace(allow_shared_app_id=False, fail_points=FailPointConfig())
 
     def take_lease(self, query_id: str) -> int:
         if self.fail:
