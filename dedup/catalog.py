@@ -402,7 +402,9 @@ class RedisCatalog:
             raise AppIdInUseError(
                 f"app id {app!r}: query {qid} left batch {batch} unfinished (its claims are "
                 "recorded, but Spark never committed the batch, so its records may never have "
-                "been emitted): restart that query from its checkpoint to finish the batch, "
+                "been emitted): restart that query from its checkpoint to finish the batch "
+                "(if the checkpoint committed it and the record was lost, `dedup run` records "
+                "it at start, a query of your own at its next batch), "
                 f"or, if its checkpoint is gone for good, run `dedup forget-query --app-id {app} "
                 f"--query-id {qid} --num-shards {self.config.num_shards}` (its unemitted "
                 "records then count as seen)"

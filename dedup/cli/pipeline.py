@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from dedup.cli.progress import QueryWatcher
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -553,22 +556,60 @@ def record_spark_version(spark_version: str, checkpoint: str) -> None:
         pass
 
 
+def _dedup_history(pipeline: PipelineFile, checkpoint: str) -> tuple[str, int] | None:
+    """``(query id the catalog records, last committed batch)`` of the checkpoint of a
+    pipeline that deduplicates; None when it does not, or no batch is committed."""
+    history = checkpoint_history(checkpoint)
+    if history is None or not pipeline.table("dedup")["enabled"]:
+        return None
+    query_id, last = history
+    sink = pipeline.table("sink")
+    fixed = sink["options"].get("query.id")
+    if sink["one_pass"] and fixed:
+        query_id = str(fixed)  # one pass claims and records under the fixed id
+    return query_id, last
+
+
+def record_checkpoint_commit(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
+    """Record in the catalog the last batch the checkpoint committed, when the catalog's
+    record is older. Safe to repeat; only ever raises the record.
+
+    The two-step form records a committed batch from the listener's progress event,
+    which Spark may deliver after ``query.stop()``: a driver that dies, or a Redis
+    failover, in that window loses the record while the batch's decisions survive, and
+    a new query on the app id is refused ("left batch N unfinished ... restart that
+    query from its checkpoint"). The restarted query, with nothing new to read, runs no
+    batch and sends no event: this start is what ends that refusal. Call after
+    :func:`check_catalog_knows` (a Redis that does not know the query is refused, never
+    taught it here).
+    """
+    history = _dedup_history(pipeline, checkpoint)
+    if history is None:
+        return
+    from dedup.catalog import RedisCatalog
+
+    query_id, last = history
+    catalog = RedisCatalog(dedup_config(pipeline, redis_url))
+    recorded = catalog.committed_batch(query_id)
+    if recorded is not None and recorded >= last:
+        return
+    log.info("streaming query %s: recording batch %d, committed in its checkpoint, in the "
+             "catalog (it held %s)", query_id, last, recorded)
+    catalog.commit_progress(query_id, last)
+
+
 def check_catalog_knows(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> None:
     """Refuse to resume a checkpoint with committed batches against a Redis that has no
     record of its query (another URL, a replaced or flushed Redis): the IDs claimed so
     far are unknown there, and their duplicates would pass. Read-only."""
-    history = checkpoint_history(checkpoint)
-    if history is None or not pipeline.table("dedup")["enabled"]:
+    history = _dedup_history(pipeline, checkpoint)
+    if history is None:
         return
     from dedup.catalog import RedisCatalog
     from dedup.config import redact_url
     from dedup.exceptions import SettingChangedError
 
     query_id, last = history
-    sink = pipeline.table("sink")
-    fixed = sink["options"].get("query.id")
-    if sink["one_pass"] and fixed:
-        query_id = str(fixed)  # one pass claims and records under the fixed id
     if RedisCatalog(dedup_config(pipeline, redis_url)).knows_query(query_id):
         return
     raise SettingChangedError(
@@ -589,8 +630,10 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     """Build the pipeline and start it from ``checkpoint`` (resumes when it exists).
 
     Refused (:class:`~dedup.exceptions.SettingChangedError`) when the checkpoint has
-    committed batches that the Redis has no record of (:func:`check_catalog_knows`),
-    or when the dedup step is turned off (:func:`check_dedup_kept`) or the Kafka sink
+    committed batches that the Redis has no record of (:func:`check_catalog_knows`);
+    a record older than the checkpoint's last commit is brought up to it
+    (:func:`record_checkpoint_commit`). Refused
+    when the dedup step is turned off (:func:`check_dedup_kept`) or the Kafka sink
     replaced (:func:`check_sink_kept`) with a batch unfinished, or when a files
     source's path no longer holds its last batch's files (:func:`check_source_path_kept`),
     or when a Spark older than the last one resumes the checkpoint
@@ -602,6 +645,7 @@ def start_query(spark: SparkSession, pipeline: PipelineFile, addresses: Addresse
     Spark's progress reports do not carry.
     """
     check_catalog_knows(pipeline, addresses.redis_url, checkpoint)
+    record_checkpoint_commit(pipeline, addresses.redis_url, checkpoint)
     check_dedup_kept(pipeline, addresses.redis_url, checkpoint)
     check_sink_kept(pipeline, addresses.redis_url, checkpoint)
     check_source_path_kept(pipeline, checkpoint)
