@@ -40,7 +40,11 @@ order rotated by one per round (``--order rotate``; ``fixed`` keeps it: see
 (numerator and baseline from the same round) and reported as the median over
 the rounds, with ``<ratio>_spread`` (max - min over the rounds) and
 ``<ratio>_rounds`` (the per-round values) beside it; ``records_per_s`` per
-variant is its median run. During each run's measured window a
+variant is its median run. Our sinks record each partition write's phases
+(sink option ``timings.path``, :mod:`sinks.timing`): ``phase_ms`` and
+``small_batch_phase_ms`` give p50 / p99 per phase and variant. ``--partitions``
+sets the shuffle by shard's partitions (and ``spark.sql.shuffle.partitions``).
+During each run's measured window a
 :class:`benchmarks.common.CpuSampler` records CPU seconds of the Spark JVM,
 the Python workers, the Kafka broker, Redis and this driver process:
 ``cpu_s_per_record_{jvm,python,broker,redis,driver}`` per run and, median over
@@ -61,7 +65,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from benchmarks.bench_sink import INPUT_PARTITIONS
+from benchmarks.bench_sink import INPUT_PARTITIONS, phase_percentiles
 from benchmarks.common import (
     CPU_CLASSES,
     CpuSampler,
@@ -81,6 +85,7 @@ from benchmarks.common import (
     variant_medians,
     write_json,
 )
+from sinks import read_phase_timings
 from sinks.kafka_io import ensure_topic
 from sinks.verify import read_observed
 
@@ -126,22 +131,30 @@ def fill_with_duplicates(bootstrap: str, topic: str, records: int, dup_rate: flo
 
 def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
                 per_trigger: int, workdir: Path, cpu_pids: Mapping[str, int | None] | None = None,
-                cpu_interval: float = 0.5) -> dict[str, Any]:
+                cpu_interval: float = 0.5, partitions: int = SHUFFLE_PARTITIONS
+                ) -> dict[str, Any]:
     """Run ``variant`` from ``source`` to a fresh output topic to the end; its figures
     (with ``cpu_s`` per process class of ``cpu_pids`` over the run, when given)."""
     tag = uuid.uuid4().hex[:8]
     out = f"bench-e2e-{variant}-{tag}"
     ensure_topic(bootstrap, out, INPUT_PARTITIONS)
+    timings = workdir / f"timings-{variant}-{tag}.jsonl"
     writer = pipeline_writer(spark, variant, bootstrap, redis_url, source, per_trigger, out,
-                             app_id=f"bench-e2e-{variant}-{tag}")
+                             app_id=f"bench-e2e-{variant}-{tag}", partitions=partitions,
+                             timings=str(timings))
     writer = writer.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
-    return _measure(variant, writer, bootstrap, out, cpu_pids, cpu_interval)
+    run = _measure(variant, writer, bootstrap, out, cpu_pids, cpu_interval)
+    run["phases"] = read_phase_timings(timings)
+    return run
 
 
 def pipeline_writer(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
-                    per_trigger: int, out: str, app_id: str) -> Any:
+                    per_trigger: int, out: str, app_id: str,
+                    partitions: int = SHUFFLE_PARTITIONS, timings: str | None = None) -> Any:
     """The ``DataStreamWriter`` of ``variant`` (see the module docstring), reading
-    ``source`` from its start and writing ``out``; no checkpoint location yet."""
+    ``source`` from its start and writing ``out`` with ``partitions`` shuffle partitions
+    after the shuffle by shard; our sinks append their partition writes' phase timings
+    to ``timings`` when given (sink option ``timings.path``); no checkpoint location yet."""
     from pyspark.sql import functions as sf
 
     from dedup import deduplicate
@@ -158,7 +171,7 @@ def pipeline_writer(spark: Any, variant: str, bootstrap: str, redis_url: str, so
                     max_offsets_per_trigger=per_trigger)
     cfg = DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url))
     if variant == "dedup_spark_sink":
-        df = deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS).select(
+        df = deduplicate(df, cfg, num_partitions=partitions).select(
             "key", "value", sf.col("_record_id").cast("binary").alias("rid"))
         # carry the record ID as a header, as our sink does, so outputs can be audited
         df = df.select("key", "value", sf.array(sf.struct(
@@ -167,18 +180,18 @@ def pipeline_writer(spark: Any, variant: str, bootstrap: str, redis_url: str, so
         return (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                 .option("topic", out).option("includeHeaders", "true"))
     sink_options = {"kafka.bootstrap.servers": bootstrap, "topic": out, "app.id": app_id,
-                    "redis.url": redis_url}
+                    "redis.url": redis_url, **({"timings.path": timings} if timings else {})}
     if variant == "python_alo_one_pass":
         from benchmarks.python_alo_sink import python_alo_one_pass
 
         return python_alo_one_pass(df.select("key", "value", "_record_id"), sink_options,
-                                   cfg.num_shards, SHUFFLE_PARTITIONS)
+                                   cfg.num_shards, partitions)
     if variant == "eos_fused":
         from sinks import deduplicate_to_kafka
 
         return deduplicate_to_kafka(df.select("key", "value", "_record_id"), cfg, sink_options,
-                                    num_partitions=SHUFFLE_PARTITIONS)
-    df = deduplicate(df, cfg, num_partitions=SHUFFLE_PARTITIONS)
+                                    num_partitions=partitions)
+    df = deduplicate(df, cfg, num_partitions=partitions)
     if variant == "eos_foreach_batch":
         from sinks import ExactlyOnceKafkaForeachBatch
 
@@ -264,6 +277,9 @@ def summarize(runs: list[dict[str, Any]], small: list[dict[str, Any]]) -> dict[s
         "small_batch_per_variant": small_per_variant,
         "small_batch_latency_ms": {v: {"p50_ms": m["p50_ms"], "p99_ms": m["p99_ms"]}
                                    for v, m in small_per_variant.items()},
+        # p50 / p99 of one partition write per phase (sinks.timing), our sinks only
+        "phase_ms": phase_percentiles(runs),
+        "small_batch_phase_ms": phase_percentiles(small),
     }
     for name, numerator, baseline in THROUGHPUT_RATIOS:
         out.update(round_ratio(runs, name, numerator, baseline))
@@ -277,13 +293,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         __doc__, argv,
         full={"records": 400_000, "dup_rate": 0.05, "per_trigger": 50_000, "value_bytes": 100,
               "repeats": 3, "small_records": 100_000, "small_per_trigger": 5_000,
-              "order": "rotate", "cpu_interval": 0.5, "warmup_records": 10_000},
+              "order": "rotate", "cpu_interval": 0.5, "warmup_records": 10_000,
+              "partitions": SHUFFLE_PARTITIONS},
         quick={"records": 60_000, "per_trigger": 20_000, "repeats": 1,
                "small_records": 20_000},
         helps={"repeats": "rounds: each round runs every variant once; ratios are per round, "
                           "reported as the median with the spread (max - min); default 3",
                "order": "rotate (round k starts at variant k) or fixed",
-               "cpu_interval": "seconds between samples of the Python workers' CPU"})
+               "cpu_interval": "seconds between samples of the Python workers' CPU",
+               "partitions": "partitions of the shuffle by shard (and of the session's "
+                             f"spark.sql.shuffle.partitions); default {SHUFFLE_PARTITIONS}"})
     log = progress("e2e")
     runs: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
@@ -300,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from dedup.local.spark import local_spark_session
 
         spark = local_spark_session("bench-e2e", master="local[2]",
-                                    shuffle_partitions=SHUFFLE_PARTITIONS)
+                                    shuffle_partitions=args.partitions)
         import sinks
 
         sinks.register(spark)
@@ -311,14 +330,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         try:
             for variant in VARIANTS:
                 run_variant(spark, variant, bootstrap, services.redis_url, "bench-e2e-warmup",
-                            args.per_trigger, services.workdir)
+                            args.per_trigger, services.workdir, partitions=args.partitions)
             log("warm-up done")
             for index in range(args.repeats):
                 for variant in round_order(VARIANTS, index, args.order):
                     run = finish_run(run_variant(
                         spark, variant, bootstrap, services.redis_url, "bench-e2e-input",
-                        args.per_trigger, services.workdir, cpu_pids, args.cpu_interval),
-                        index, args.records)
+                        args.per_trigger, services.workdir, cpu_pids, args.cpu_interval,
+                        args.partitions), index, args.records)
                     expected = args.records if variant in AT_LEAST_ONCE else distinct
                     run["output_correct"] = (run["records_out"] == expected
                                              and run["distinct_out"] == distinct)
@@ -331,8 +350,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for variant in ("spark_alo", "eos_strong"):
                 run = finish_run(run_variant(
                     spark, variant, bootstrap, services.redis_url, "bench-e2e-input",
-                    2 * args.per_trigger, services.workdir, cpu_pids, args.cpu_interval),
-                    0, args.records)
+                    2 * args.per_trigger, services.workdir, cpu_pids, args.cpu_interval,
+                    args.partitions), 0, args.records)
                 run["per_trigger"] = 2 * args.per_trigger
                 sweep.append(run)
                 log(f"{variant} at {2 * args.per_trigger:,} per trigger: "
@@ -341,8 +360,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for variant in round_order(SMALL_VARIANTS, index, args.order):
                     run = finish_run(run_variant(
                         spark, variant, bootstrap, services.redis_url, "bench-e2e-small",
-                        args.small_per_trigger, services.workdir, cpu_pids, args.cpu_interval),
-                        index, args.small_records)
+                        args.small_per_trigger, services.workdir, cpu_pids, args.cpu_interval,
+                        args.partitions), index, args.small_records)
                     run["per_trigger"] = args.small_per_trigger
                     run["output_correct"] = run["distinct_out"] == small_distinct and (
                         variant in AT_LEAST_ONCE or run["duplicates_out"] == 0)
@@ -355,13 +374,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     wrong = [r["variant"] for r in runs + small if not r["output_correct"]]
     if wrong:
         raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
+    summary = summarize(runs, small)
+    for run in (*runs, *small, *sweep):
+        run.pop("phases", None)  # summarized in phase_ms / small_batch_phase_ms
     result = {
         "metadata": run_metadata(),
         "level": "Spark streaming query, local[2], Kafka topic -> Kafka topic",
         "setup": {"records": args.records, "distinct": distinct, "dup_rate": args.dup_rate,
                   "per_trigger": args.per_trigger, "value_bytes": args.value_bytes,
                   "input_partitions": INPUT_PARTITIONS,
-                  "shuffle_partitions": SHUFFLE_PARTITIONS,
+                  "shuffle_partitions": args.partitions,
                   "redis": "redis-server, appendonly yes, appendfsync everysec",
                   "repeats": args.repeats, "rounds": args.repeats, "order": args.order,
                   "cpu_interval_s": args.cpu_interval,
@@ -378,7 +400,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "small_batch_setup": {"records": args.small_records, "distinct": small_distinct,
                               "per_trigger": args.small_per_trigger},
         "small_batch_runs": small,
-        **summarize(runs, small),
+        **summary,
     }
     write_json("e2e.json", result)
     return result
