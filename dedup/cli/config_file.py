@@ -64,7 +64,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
     },
     "run": {
         "trigger_seconds": 0.0, "stop_after_idle_seconds": 10.0, "max_seconds": 0.0,
-        "shuffle_partitions": 4, "master": "local[2]",
+        # 0: one per core of a local master (dedup.cli.run.shuffle_partitions)
+        "shuffle_partitions": 0, "master": "local[2]",
         # a Spark Connect server (sc://host:port) instead of the classic session of master
         "remote": "",
     },
