@@ -93,7 +93,10 @@ VARIANTS = ("spark_alo", "eos_strong", "eos_weak", "eos_foreach_batch", "eos_fus
             "dedup_spark_sink", "python_alo_one_pass")
 SMALL_VARIANTS = ("spark_alo", "eos_strong", "eos_foreach_batch", "eos_fused",
                   "python_alo_one_pass")
-SHUFFLE_PARTITIONS = 4
+SHUFFLE_PARTITIONS = 2
+"""One per core of ``local[2]``, as ``dedup run`` defaults to
+(:func:`dedup.cli.run.shuffle_partitions`): at 5,000 records per trigger one pass ran
+0.547x Spark's pipeline against 0.425x with 4 (bench_e2e, 2026-11-28)."""
 AT_LEAST_ONCE = ("spark_alo", "python_alo_one_pass")
 """Variants that pass the input's duplicates through (their output is checked for that)."""
 
@@ -293,14 +296,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         __doc__, argv,
         full={"records": 400_000, "dup_rate": 0.05, "per_trigger": 50_000, "value_bytes": 100,
               "repeats": 3, "small_records": 100_000, "small_per_trigger": 5_000,
-              "order": "rotate", "cpu_interval": 0.5, "warmup_records": 10_000,
+              "order": "rotate", "cpu_interval": 0.5, "warmup_records": 100_000,
               "partitions": SHUFFLE_PARTITIONS},
-        quick={"records": 60_000, "per_trigger": 20_000, "repeats": 1,
+        quick={"records": 60_000, "per_trigger": 20_000, "repeats": 1, "warmup_records": 10_000,
                "small_records": 20_000},
         helps={"repeats": "rounds: each round runs every variant once; ratios are per round, "
                           "reported as the median with the spread (max - min); default 3",
                "order": "rotate (round k starts at variant k) or fixed",
                "cpu_interval": "seconds between samples of the Python workers' CPU",
+               "warmup_records": "records of the warm-up topic each variant reads once before "
+                                 "the rounds (10,000 left Spark's own pipeline cold: its first "
+                                 "round ran at half its speed)",
                "partitions": "partitions of the shuffle by shard (and of the session's "
                              f"spark.sql.shuffle.partitions); default {SHUFFLE_PARTITIONS}"})
     log = progress("e2e")
