@@ -131,7 +131,7 @@ def test_operators_summary_and_report_carry_the_spread() -> None:
     figures = report.summary_figures(data)
     assert figures["dedup_over_passthrough_spread"] == 0.009
     text = report.markdown(data, figures)
-    assert "| `dedup_over_passthrough` | 1.095 (spread 0.009) | >= 0.5x |" in text
+    assert "| `dedup_over_passthrough` | 1.095 (spread 0.009) | >= 0.5x (issue 13's" in text
     assert "| passthrough | 2 | 1.0 | 110 | - | - |" in text  # rounds counted from 1
 
 
