@@ -123,7 +123,7 @@ def _producer(config: SinkConfig) -> Producer:
 
 
 def python_alo_one_pass(df: Any, options: dict[str, str], num_shards: int,
-                        partitions: int) -> Any:
+                        partitions: int, shuffle: bool = True, hidden: bool = False) -> Any:
     """``df.writeStream`` in the job shape of :func:`sinks.deduplicate_to_kafka`, at least once.
 
     Each micro-batch is shuffled by shard as the one-pass writer shuffles it
@@ -131,24 +131,44 @@ def python_alo_one_pass(df: Any, options: dict[str, str], num_shards: int,
     on partitions), and one ``mapInArrow`` task per partition produces its rows
     with :func:`produce_at_least_once`: no dedup decision, no checkpoint, no
     transaction. ``df`` needs ``_record_id``.
+
+    For :mod:`benchmarks.bench_shape`, which takes the shape apart:
+    ``shuffle=False`` leaves the input's own partitions (no shuffle);
+    ``hidden=True`` adds the one-pass writer's hidden columns (shard, ID
+    problem code, batch time) in the streaming plan, carries them through the
+    shuffle and the Arrow hand-over and drops them in the worker, as
+    :class:`sinks.DedupKafkaForeachBatch` does.
     """
     from pyspark.sql import functions as sf
 
+    from dedup.partition_step import id_problem_column
     from dedup.placement import placement_column, shard_column
 
     config = SinkConfig.from_options({**options, "strong.productions": "false"})
     layout = check_schema(df.schema, config)
+    columns = list(df.columns)
     shard = shard_column(sf.col("_record_id"), num_shards)
+    if hidden:
+        df = df.select("*", shard.alias("_shape_shard"),
+                       id_problem_column(sf.col("_record_id")).alias("_shape_problem"),
+                       sf.current_timestamp().cast("double").alias("_shape_batch_time"))
+        shard = sf.col("_shape_shard")
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
         keep_static_archive_caches()  # as the one-pass writer does
-        produced = produce_at_least_once(config, layout, [b for b in batches if b.num_rows])
+        received = [b for b in batches if b.num_rows]
+        if hidden:  # read as the one-pass writer reads them, then dropped
+            received = [pa.RecordBatch.from_arrays([b.column(c) for c in columns], columns)
+                        for b in received]
+        produced = produce_at_least_once(config, layout, received)
         yield pa.RecordBatch.from_pydict({"produced": [produced]})
 
     def each_batch(batch_df: Any, _batch_id: int) -> None:
-        batch_df.repartition(partitions, placement_column(shard, num_shards, partitions)) \
-            .mapInArrow(write, "produced long").collect()
+        if shuffle:
+            batch_df = batch_df.repartition(partitions,
+                                            placement_column(shard, num_shards, partitions))
+        batch_df.mapInArrow(write, "produced long").collect()
 
     return df.writeStream.foreachBatch(each_batch)

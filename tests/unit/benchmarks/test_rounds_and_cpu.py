@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import bench_e2e, bench_operators, report
+from benchmarks import bench_e2e, bench_operators, bench_shape, report
 from benchmarks.common import (
     CpuSampler,
     cpu_per_record,
@@ -109,6 +109,22 @@ def test_e2e_summary_has_median_spread_and_rounds_of_every_ratio() -> None:
     assert out["records_per_s"]["spark_alo"] == 100.0
     assert out["per_variant"]["eos_strong"]["cpu_s_per_record_python"] == 2e-5
     for name, *_ in (*bench_e2e.THROUGHPUT_RATIOS, *bench_e2e.SMALL_RATIOS):
+        assert {name, f"{name}_spread", f"{name}_rounds"} <= set(out)
+
+
+def test_shape_summary_takes_each_part_against_the_shape_of_the_same_round() -> None:
+    runs = _runs({"spark_alo": [100.0, 120.0, 110.0], "shape": [80.0, 80.0, 90.0],
+                  "shape_no_shuffle": [80.0, 88.0, 90.0], "shape_hidden": [72.0, 76.0, 81.0],
+                  "eos_fused": [60.0, 56.0, 63.0]})
+    out = bench_shape.summarize(runs)
+    assert out["shape_no_shuffle_over_shape_rounds"] == [1.0, 1.1, 1.0]
+    assert out["shape_no_shuffle_over_shape"] == 1.0
+    assert out["shape_hidden_over_shape_rounds"] == [0.9, 0.95, 0.9]
+    assert out["shape_hidden_over_shape_spread"] == 0.05
+    assert out["eos_fused_over_shape_hidden_rounds"] == [0.833, 0.737, 0.778]
+    assert out["per_variant"]["shape"]["records_per_s"] == 80.0
+    for name, numerator, baseline in bench_shape.RATIOS:
+        assert {numerator, baseline} <= set(bench_shape.VARIANTS)
         assert {name, f"{name}_spread", f"{name}_rounds"} <= set(out)
 
 

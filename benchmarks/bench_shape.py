@@ -1,0 +1,177 @@
+"""What the parts of the one-pass job shape cost: the shuffle by shard, the hidden columns.
+
+``python -m benchmarks.bench_shape [--quick]``. The input of :mod:`benchmarks.bench_e2e`
+(Kafka, 400,000 records, 5% re-sent, keys are the record IDs, 50,000 per trigger,
+``local[2]``, 2 shuffle partitions), these variants in interleaved rounds after an
+unmeasured warm-up round:
+
+* ``spark_alo``: Spark's own Kafka source to Kafka sink, at least once;
+* ``shape``: :func:`benchmarks.python_alo_sink.python_alo_one_pass`, the job shape of
+  :func:`sinks.deduplicate_to_kafka` (``foreachBatch``, shuffle by shard, one
+  ``mapInArrow`` task per partition producing at least once): no dedup, no transaction;
+* ``shape_no_shuffle``: the same without the shuffle (each task reads its input
+  partition): what item 4 of issue 37 (skip the shuffle when the input is already
+  partitioned by ID) could buy at most;
+* ``shape_hidden``: the shape with the one-pass writer's hidden columns (shard, ID
+  problem code, batch time) computed in the streaming plan and carried through the
+  shuffle and the Arrow hand-over, as the one pass carries them;
+* ``eos_fused``: :func:`sinks.deduplicate_to_kafka`, dedup and the exactly-once write.
+
+Every ratio is per round against ``shape`` (and ``shape`` against ``spark_alo``),
+reported as the median with ``_spread`` (max - min); CPU seconds per record per
+process class. Writes ``results/shape.json``; figures are not bars, so nothing goes
+into ``summary.json``. Not a step of :mod:`benchmarks.run_all` (a diagnosis, about
+5 minutes).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_e2e import (
+    SHUFFLE_PARTITIONS,
+    _measure,
+    fill_with_duplicates,
+    finish_run,
+    pipeline_writer,
+)
+from benchmarks.bench_sink import INPUT_PARTITIONS
+from benchmarks.common import (
+    CPU_CLASSES,
+    bench_args,
+    bench_services,
+    progress,
+    round_order,
+    round_ratio,
+    run_metadata,
+    spark_jvm_pid,
+    variant_medians,
+    write_json,
+)
+from sinks.kafka_io import ensure_topic
+
+VARIANTS = ("spark_alo", "shape", "shape_no_shuffle", "shape_hidden", "eos_fused")
+AT_LEAST_ONCE = ("spark_alo", "shape", "shape_no_shuffle", "shape_hidden")
+RATIOS = (
+    ("shape_over_spark_alo", "shape", "spark_alo"),
+    ("shape_no_shuffle_over_shape", "shape_no_shuffle", "shape"),
+    ("shape_hidden_over_shape", "shape_hidden", "shape"),
+    ("eos_fused_over_shape", "eos_fused", "shape"),
+    ("eos_fused_over_shape_hidden", "eos_fused", "shape_hidden"),
+    ("eos_fused_over_spark_alo", "eos_fused", "spark_alo"),
+)
+"""(name, numerator, baseline) of the ratios, each per round."""
+PER_VARIANT_KEYS = ("records_per_s", "seconds", *(f"cpu_s_per_record_{c}" for c in CPU_CLASSES))
+
+
+def writer(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
+           per_trigger: int, out: str, app_id: str, partitions: int) -> Any:
+    """The ``DataStreamWriter`` of ``variant`` (see the module docstring)."""
+    if not variant.startswith("shape"):
+        return pipeline_writer(spark, variant, bootstrap, redis_url, source, per_trigger, out,
+                               app_id, partitions)
+    from benchmarks.python_alo_sink import python_alo_one_pass
+    from dedup.config import DedupConfig, RedisConfig
+    from sources.kafka import read_kafka
+
+    df = read_kafka(spark, bootstrap, source, id_strategy="key",
+                    max_offsets_per_trigger=per_trigger)
+    shards = DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url)).num_shards
+    return python_alo_one_pass(df.select("key", "value", "_record_id"),
+                               {"kafka.bootstrap.servers": bootstrap, "topic": out,
+                                "app.id": app_id}, shards, partitions,
+                               shuffle=variant != "shape_no_shuffle",
+                               hidden=variant == "shape_hidden")
+
+
+def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
+                per_trigger: int, workdir: Path, partitions: int,
+                cpu_pids: dict[str, int | None] | None = None) -> dict[str, Any]:
+    """Run ``variant`` from ``source`` to a fresh output topic to the end; its figures."""
+    tag = uuid.uuid4().hex[:8]
+    out = f"bench-shape-{variant.replace('_', '-')}-{tag}"
+    ensure_topic(bootstrap, out, INPUT_PARTITIONS)
+    query = writer(spark, variant, bootstrap, redis_url, source, per_trigger, out,
+                   f"bench-shape-{variant}-{tag}", partitions)
+    query = query.option("checkpointLocation", str(workdir / f"chk-{variant}-{tag}"))
+    return _measure(variant, query, bootstrap, out, cpu_pids)
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per variant and every ratio of :data:`RATIOS` (median, ``_spread``,
+    ``_rounds``). Pure."""
+    per_variant = variant_medians(runs, PER_VARIANT_KEYS)
+    out: dict[str, Any] = {"per_variant": per_variant}
+    for name, numerator, baseline in RATIOS:
+        out.update(round_ratio(runs, name, numerator, baseline))
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = bench_args(
+        __doc__, argv,
+        full={"records": 400_000, "dup_rate": 0.05, "per_trigger": 50_000, "value_bytes": 100,
+              "repeats": 3, "partitions": SHUFFLE_PARTITIONS},
+        quick={"records": 40_000, "per_trigger": 20_000, "repeats": 1},
+        helps={"repeats": "rounds (each variant once per round, rotated); default 3"})
+    log = progress("shape")
+    runs: list[dict[str, Any]] = []
+    with bench_services("shape", kafka=True) as services:
+        bootstrap = services.bootstrap
+        distinct = fill_with_duplicates(bootstrap, "bench-shape-input", args.records,
+                                        args.dup_rate, args.value_bytes, seed=3)
+        log(f"input topic filled: {args.records:,} records, {distinct:,} distinct")
+        from dedup.local.spark import local_spark_session
+
+        spark = local_spark_session("bench-shape", master="local[2]",
+                                    shuffle_partitions=args.partitions)
+        import sinks
+
+        sinks.register(spark)
+        broker = services.broker
+        cpu_pids = {"jvm": spark_jvm_pid(spark), "redis": services.redis.pid,
+                    "broker": broker.pid if broker is not None else None}
+        try:
+            for variant in VARIANTS:
+                run_variant(spark, variant, bootstrap, services.redis_url, "bench-shape-input",
+                            args.per_trigger, services.workdir, args.partitions)
+            log("warm-up round done (not measured)")
+            for index in range(args.repeats):
+                for variant in round_order(VARIANTS, index):
+                    run = finish_run(run_variant(
+                        spark, variant, bootstrap, services.redis_url, "bench-shape-input",
+                        args.per_trigger, services.workdir, args.partitions, cpu_pids),
+                        index, args.records)
+                    run.pop("batch_ms", None)
+                    expected = args.records if variant in AT_LEAST_ONCE else distinct
+                    run["output_correct"] = (run["records_out"] == expected
+                                             and run["distinct_out"] == distinct)
+                    runs.append(run)
+                    log(f"{variant} (round {index + 1}): {run['records_per_s']:.0f} rec/s, "
+                        f"CPU s {run.get('cpu_s')}")
+        finally:
+            spark.stop()
+    wrong = [r["variant"] for r in runs if not r["output_correct"]]
+    if wrong:
+        raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
+    result = {
+        "metadata": run_metadata(),
+        "level": "Spark streaming query, local[2], Kafka topic -> Kafka topic",
+        "setup": {"records": args.records, "distinct": distinct, "dup_rate": args.dup_rate,
+                  "per_trigger": args.per_trigger, "value_bytes": args.value_bytes,
+                  "input_partitions": INPUT_PARTITIONS, "shuffle_partitions": args.partitions,
+                  "rounds": args.repeats,
+                  "measured": "wall time start() -> end of availableNow after a warm-up round "
+                              "on the same input; each ratio per round, median and spread "
+                              "(max - min) over the rounds"},
+        "runs": runs,
+        **summarize(runs),
+    }
+    write_json("shape.json", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
