@@ -74,13 +74,17 @@ def warn_marker_retention(config: SinkConfig, retention_minutes: str | None) -> 
     if (config.strong_productions and config.redis is not None) or retention_minutes is None:
         return
     days = int(retention_minutes) / 1440
+    # The Redis copy of the markers lives beside the checkpoints, so it needs both.
+    if config.redis is None:
+        why, fix = "without redis.url", "Set options redis.url and strong.productions=true"
+    else:
+        why, fix = "with strong.productions=false", "Set option strong.productions=true"
     log.warning(
-        "exactly_once_kafka %s: without redis.url the batch markers are kept only as Kafka "
+        "exactly_once_kafka %s: %s the batch markers are kept only as Kafka "
         "consumer-group offsets, which the broker deletes after offsets.retention.minutes="
         "%s (%.1f days) without commits; a query stopped longer than that right after a "
-        "Kafka commit would write its last batch again. Set option redis.url, or keep "
-        "stops shorter than offsets.retention.minutes", config.identity, retention_minutes,
-        days)
+        "Kafka commit would write its last batch again. %s, or keep stops shorter than "
+        "offsets.retention.minutes", config.identity, why, retention_minutes, days, fix)
 
 
 def prepare(config: SinkConfig) -> None:

@@ -30,10 +30,12 @@ def test_weak_productions_with_a_redis_are_told_to_turn_strong_productions_on(
     assert "strong.productions=true" in message
 
 
-def test_no_redis_is_told_to_set_redis_url(caplog: pytest.LogCaptureFixture) -> None:
+def test_no_redis_is_told_to_set_redis_url_and_strong_productions(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Weak productions are the only form without a Redis: both settings are needed.
     [message] = _warnings(caplog, **{"strong.productions": "false"})
     assert "without redis.url" in message
-    assert "Set option redis.url" in message
+    assert "Set options redis.url and strong.productions=true" in message
 
 
 def test_strong_productions_with_a_redis_keep_a_copy_and_are_not_warned(
