@@ -71,6 +71,7 @@ from benchmarks.bench_sink import INPUT_PARTITIONS, phase_percentiles
 from benchmarks.common import (
     CPU_CLASSES,
     CpuSampler,
+    Services,
     bench_args,
     bench_services,
     cpu_per_record,
@@ -132,6 +133,21 @@ def fill_with_duplicates(bootstrap: str, topic: str, records: int, dup_rate: flo
                 producer.poll(0.05)
     producer.flush(60)
     return originals
+
+
+def measured_session(name: str, services: Services, partitions: int
+                     ) -> tuple[Any, dict[str, int | None]]:
+    """A ``local[2]`` session with ``partitions`` shuffle partitions and our sinks
+    registered, and the pids whose CPU the rounds sample (JVM, Redis, broker)."""
+    from dedup.local.spark import local_spark_session
+
+    spark = local_spark_session(name, master="local[2]", shuffle_partitions=partitions)
+    import sinks
+
+    sinks.register(spark)
+    broker = services.broker
+    return spark, {"jvm": spark_jvm_pid(spark), "redis": services.redis.pid,
+                   "broker": broker.pid if broker is not None else None}
 
 
 def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
@@ -319,16 +335,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         small_distinct = fill_with_duplicates(bootstrap, "bench-e2e-small", args.small_records,
                                               args.dup_rate, args.value_bytes, seed=5)
         log(f"input topic filled: {args.records:,} records, {distinct:,} distinct")
-        from dedup.local.spark import local_spark_session
-
-        spark = local_spark_session("bench-e2e", master="local[2]",
-                                    shuffle_partitions=args.partitions)
-        import sinks
-
-        sinks.register(spark)
-        broker = services.broker
-        cpu_pids = {"jvm": spark_jvm_pid(spark), "redis": services.redis.pid,
-                    "broker": broker.pid if broker is not None else None}
+        spark, cpu_pids = measured_session("bench-e2e", services, args.partitions)
         log(f"CPU sampled for pids {cpu_pids}")
         try:
             for variant in VARIANTS:

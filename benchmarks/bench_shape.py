@@ -35,6 +35,7 @@ from benchmarks.bench_e2e import (
     _measure,
     fill_with_duplicates,
     finish_run,
+    measured_session,
     pipeline_writer,
 )
 from benchmarks.bench_sink import INPUT_PARTITIONS
@@ -46,7 +47,6 @@ from benchmarks.common import (
     round_order,
     round_ratio,
     run_metadata,
-    spark_jvm_pid,
     variant_medians,
     write_json,
 )
@@ -123,16 +123,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         distinct = fill_with_duplicates(bootstrap, "bench-shape-input", args.records,
                                         args.dup_rate, args.value_bytes, seed=3)
         log(f"input topic filled: {args.records:,} records, {distinct:,} distinct")
-        from dedup.local.spark import local_spark_session
-
-        spark = local_spark_session("bench-shape", master="local[2]",
-                                    shuffle_partitions=args.partitions)
-        import sinks
-
-        sinks.register(spark)
-        broker = services.broker
-        cpu_pids = {"jvm": spark_jvm_pid(spark), "redis": services.redis.pid,
-                    "broker": broker.pid if broker is not None else None}
+        spark, cpu_pids = measured_session("bench-shape", services, args.partitions)
         try:
             for variant in VARIANTS:
                 run_variant(spark, variant, bootstrap, services.redis_url, "bench-shape-input",
