@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_e2e import (
+    PER_VARIANT_KEYS,
     SHUFFLE_PARTITIONS,
     _measure,
     fill_with_duplicates,
@@ -40,7 +41,6 @@ from benchmarks.bench_e2e import (
 )
 from benchmarks.bench_sink import INPUT_PARTITIONS
 from benchmarks.common import (
-    CPU_CLASSES,
     bench_args,
     bench_services,
     progress,
@@ -63,7 +63,6 @@ RATIOS = (
     ("eos_fused_over_spark_alo", "eos_fused", "spark_alo"),
 )
 """(name, numerator, baseline) of the ratios, each per round."""
-PER_VARIANT_KEYS = ("records_per_s", "seconds", *(f"cpu_s_per_record_{c}" for c in CPU_CLASSES))
 
 
 def writer(spark: Any, variant: str, bootstrap: str, redis_url: str, source: str,
