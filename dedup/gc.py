@@ -9,12 +9,23 @@ the query that holds it (so an idle query keeps its app id), and releases it
 when the query terminates; other leases (the sink's) register their release
 with :meth:`DecisionGcListener.on_stop`. One listener per SparkSession
 (:func:`session_listener`).
+
+A registered listener keeps a script from ending cleanly: under Spark Connect
+its event thread is not a daemon (the process never exits), and in classic mode
+the JVM calls it after the Python process has gone (Py4J traces on stderr, and
+the stopped query's lease release lost). So the listener is closed, after the
+events of every stopped query have been handled, when the session stops
+(``spark.stop()``) and when the interpreter shuts down (before it joins its
+threads): :func:`close_session_listener`.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +60,11 @@ class DecisionGcListener(StreamingQueryListener):
         self._last: dict[str, int] = {}
         # query id -> {name: release callback}, called once when it terminates
         self._on_stop: dict[str, dict[str, Callable[[], None]]] = {}
+        # query ids whose start / termination this listener has handled; the
+        # condition wakes close() when a termination is done
+        self._started: set[str] = set()
+        self._ended: set[str] = set()
+        self._done = threading.Condition(self._lock)
         self.collected = 0
 
     def on_stop(self, query_id: str, name: str, release: Callable[[], None]) -> None:
@@ -83,7 +99,26 @@ class DecisionGcListener(StreamingQueryListener):
             return sorted(self._catalogs)
 
     def onQueryStarted(self, event: Any) -> None:
-        pass
+        with self._lock:
+            self._started.add(str(event.id))
+
+    def unfinished(self, active: set[str]) -> set[str]:
+        """Queries this listener heard start that are not in ``active`` and whose
+        termination it has not handled yet (its events are still on their way)."""
+        with self._lock:
+            return self._started - self._ended - active
+
+    def wait_for_terminations(self, active: set[str], timeout: float) -> set[str]:
+        """Wait up to ``timeout`` seconds until every query it heard start that is not
+        in ``active`` has had its termination handled; return those still waited for."""
+        deadline = time.monotonic() + timeout
+        with self._done:
+            while True:
+                left = self._started - self._ended - active
+                remaining = deadline - time.monotonic()
+                if not left or remaining <= 0:
+                    return left
+                self._done.wait(remaining)
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -152,19 +187,115 @@ class DecisionGcListener(StreamingQueryListener):
             except DedupError as exc:
                 log.warning("releasing the dedup app id lease of query %s failed: %s",
                             query_id, exc)
+        with self._done:
+            self._ended.add(query_id)
+            self._done.notify_all()
 
 
 # SparkSession -> its one listener (weak: keeps no session alive)
 _LISTENERS: weakref.WeakKeyDictionary[Any, DecisionGcListener] = weakref.WeakKeyDictionary()
 _LISTENERS_LOCK = threading.Lock()
+_EXIT_HOOKED = False
+
+# How long closing a listener waits for the termination events of queries that
+# have stopped: Spark posts them right after the query ends (milliseconds; a lease
+# release is one Redis call), so this bounds only a stuck Redis or listener bus.
+CLOSE_WAIT_S = 15.0
 
 
 def session_listener(spark: Any) -> DecisionGcListener:
-    """The one :class:`DecisionGcListener` of ``spark``, added on first use. Safe to repeat."""
+    """The one :class:`DecisionGcListener` of ``spark``, added on first use. Safe to repeat.
+
+    It is closed (:func:`close_session_listener`) when ``spark.stop()`` is called
+    and when the interpreter shuts down.
+    """
+    global _EXIT_HOOKED
     with _LISTENERS_LOCK:
         listener = _LISTENERS.get(spark)
         if listener is None:
             listener = DecisionGcListener()
             spark.streams.addListener(listener)
             _LISTENERS[spark] = listener
+            _close_before_stop(spark)
+            if not _EXIT_HOOKED:
+                _register_exit_hook(_close_all)
+                _EXIT_HOOKED = True
         return listener
+
+
+def close_session_listener(spark: Any, timeout: float = CLOSE_WAIT_S) -> None:
+    """Close the toolkit's listener of ``spark``: wait (up to ``timeout`` seconds) until
+    every stopped query's termination is handled (leases released, decisions
+    collected), then remove the listener from the session. A query still running
+    keeps running, without it. Safe to repeat; never raises (a session already
+    stopped has nothing left to remove). The next toolkit call on ``spark`` adds a
+    new listener.
+    """
+    with _LISTENERS_LOCK:
+        listener = _LISTENERS.pop(spark, None)
+    if listener is None:
+        return
+    try:
+        if _stopped(spark):
+            return
+        active = {str(query.id) for query in spark.streams.active}
+        left = listener.wait_for_terminations(active, timeout)
+        if left:
+            log.warning("closing the dedup listener before the end of streaming queries %s "
+                        "was handled (%.0f s): their app id leases lapse by themselves",
+                        ", ".join(sorted(left)), timeout)
+        spark.streams.removeListener(listener)
+    except Exception as exc:  # a session going down: nothing to keep it for
+        log.debug("closing the dedup listener: %s", exc)
+
+
+def _stopped(spark: Any) -> bool:
+    """Whether ``spark`` was stopped (Connect: released; classic: its context gone)."""
+    stopped = getattr(spark, "is_stopped", None)  # Spark Connect
+    if isinstance(stopped, bool):
+        return stopped
+    context = getattr(spark, "_sc", None)
+    return context is None or getattr(context, "_jsc", None) is None
+
+
+def _close_before_stop(spark: Any) -> None:
+    """Make ``spark.stop()`` close the listener first: under Spark Connect a session
+    released with the listener's event stream open logs server errors, and its
+    client then fails to remove the listener (a warning at exit)."""
+    original = spark.stop
+    session = weakref.ref(spark)
+
+    def stop() -> None:
+        current = session()
+        if current is not None:
+            close_session_listener(current)
+        original()
+
+    stop.__doc__ = original.__doc__
+    # a session type that fixes its attributes keeps its stop (the exit hook remains)
+    with contextlib.suppress(AttributeError, TypeError):
+        spark.stop = stop
+
+
+def _close_all() -> None:
+    with _LISTENERS_LOCK:
+        sessions = list(_LISTENERS.keys())
+    for spark in sessions:
+        close_session_listener(spark)
+
+
+def _register_exit_hook(hook: Callable[[], None]) -> None:
+    """Run ``hook`` when the interpreter shuts down, before it joins non-daemon threads.
+
+    Spark Connect's listener thread is not a daemon: an ``atexit`` hook would run only
+    after joining it, that is never. ``threading._register_atexit`` (CPython 3.9+,
+    what ``concurrent.futures`` uses) runs first; ``atexit`` where it is missing.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is not None:
+            register(hook)
+            return
+    except RuntimeError:  # the interpreter is already shutting down
+        return
+    atexit.register(hook)
