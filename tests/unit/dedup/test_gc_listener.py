@@ -18,13 +18,20 @@ class RecordingCatalog:
         self.released: list[str] = []
         self.renewed: list[str] = []
         self.fail = fail
+        self.names: dict[str, str] = {}
         self.config = SimpleNamespace(allow_shared_app_id=False, fail_points=FailPointConfig())
 
-    def take_lease(self, query_id: str) -> int:
+    def take_lease(self, query_id: str, spark_query_id: str | None = None) -> int:
         if self.fail:
             raise CatalogUnavailableError("redis down")
         self.renewed.append(query_id)
         return 1
+
+    def lease_name(self, spark_query_id: str) -> str:
+        """The lease's owner name for a Spark query id (``names``: the aliases)."""
+        if self.fail:
+            raise CatalogUnavailableError("redis down")
+        return self.names.get(spark_query_id, spark_query_id)
 
     def commit_progress(self, query_id: str, batch_id: int) -> int:
         return self.collect_garbage(query_id, batch_id)
@@ -125,3 +132,80 @@ def test_a_held_query_keeps_its_lease_when_idle_and_gives_it_up_when_it_ends() -
     assert catalog.released == ["q1"] and other.released == []
     # nothing known to be committed by Spark: nothing collected at the end
     assert catalog.collected == []
+
+
+def test_a_query_known_by_another_name_is_renewed_collected_and_released_under_it() -> None:
+    """Under Spark Connect a foreachBatch sink with option query.id records the dedup
+    step's decisions and lease under that name; the listener hears the query by Spark's
+    id and acts for the name the lease records beside it (issue 51, finding 3)."""
+    catalog = RecordingCatalog()
+    catalog.names["spark-id"] = "orders-v1"
+    listener = listener_with(dedup_a=catalog)
+    listener.onQueryStarted(SimpleNamespace(id="spark-id"))
+    listener.onQueryProgress(progress("spark-id", 3, "dedup_a"))
+    listener.onQueryIdle(SimpleNamespace(id="spark-id"))
+    assert catalog.renewed == ["orders-v1", "orders-v1"]
+    assert catalog.collected == [("orders-v1", 3)]
+    listener.onQueryTerminated(SimpleNamespace(id="spark-id"))
+    assert catalog.released == ["orders-v1"]
+    assert catalog.collected[-1] == ("orders-v1", 4)
+
+
+def test_closing_waits_for_the_terminations_of_stopped_queries_only() -> None:
+    listener = DecisionGcListener()
+    listener.onQueryStarted(SimpleNamespace(id="stopped"))
+    listener.onQueryStarted(SimpleNamespace(id="running"))
+    assert listener.wait_for_terminations({"running"}, timeout=0.0) == {"stopped"}
+    listener.onQueryTerminated(SimpleNamespace(id="stopped"))
+    assert listener.wait_for_terminations({"running"}, timeout=0.0) == set()
+
+
+class _Streams:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.active: list[Any] = []
+
+    def addListener(self, listener: Any) -> None:
+        self.log.append("add")
+
+    def removeListener(self, listener: Any) -> None:
+        self.log.append("remove")
+
+
+class _Session:
+    """A session as the listener sees it: its query manager and stop()."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.streams = _Streams(self.log)
+        self.is_stopped = False
+
+    def stop(self) -> None:
+        self.log.append("stop")
+        self.is_stopped = True
+
+
+def test_stopping_the_session_removes_the_listener_first_and_a_new_use_adds_one() -> None:
+    from dedup.gc import close_session_listener, session_listener
+
+    spark = _Session()
+    first = session_listener(spark)
+    assert session_listener(spark) is first and spark.log == ["add"]
+    spark.stop()
+    assert spark.log == ["add", "remove", "stop"]
+    close_session_listener(spark)  # again, and on a stopped session: nothing
+    assert spark.log == ["add", "remove", "stop"]
+    spark.is_stopped = False
+    assert session_listener(spark) is not first and spark.log[-1] == "add"
+
+
+def test_closing_waits_for_a_query_held_after_its_start() -> None:
+    """The one-pass writer holds its query's lease from inside a batch, on a listener
+    that may have been added after the query started (it heard no start)."""
+    listener = DecisionGcListener()
+    listener.hold("one-pass", "dedup_a", RecordingCatalog())  # type: ignore[arg-type]
+    listener.on_stop("sink-only", "sink lease", lambda: None)
+    assert listener.wait_for_terminations(set(), timeout=0.0) == {"one-pass", "sink-only"}
+    listener.onQueryTerminated(SimpleNamespace(id="one-pass"))
+    listener.onQueryTerminated(SimpleNamespace(id="sink-only"))
+    assert listener.wait_for_terminations(set(), timeout=0.0) == set()
