@@ -296,8 +296,11 @@ class RedisCatalog:
     that a retry would not undo.
     """
 
-    def __init__(self, config: DedupConfig) -> None:
+    def __init__(self, config: DedupConfig, spark_query_id: str | None = None) -> None:
         self.config = config
+        # Spark's id of the streaming query this catalog's claims run for, recorded in
+        # the lease beside its owner name when they differ (see lease_name)
+        self.spark_query_id = spark_query_id
 
     def _run(self, name: str, keys: list[str], args: list[Any], what: str) -> Any:
         _client, scripts = client_and_scripts(self.config.redis)
@@ -327,8 +330,11 @@ class RedisCatalog:
             )
         return status
 
-    def take_lease(self, query_id: str) -> int:
+    def take_lease(self, query_id: str, spark_query_id: str | None = None) -> int:
         """Take or renew the app id's lease for ``query_id``; return its fence number.
+
+        ``spark_query_id`` (default: this catalog's): Spark's id of the query, recorded
+        beside ``query_id`` for :meth:`lease_name`.
 
         The lease lasts ``lease_seconds`` of Redis's clock after each call and
         is renewed by every batch and progress event of the query. Safe to
@@ -341,7 +347,9 @@ class RedisCatalog:
         """
         key = lease_key(self.config.app_id)
         reply = self._run("lease", [key], [query_id, int(self.config.lease_seconds * 1000),
-                                           "take"], "taking the app id's lease")
+                                           "take", "",
+                                           spark_query_id or self.spark_query_id or ""],
+                          "taking the app id's lease")
         self._check_status(reply, -1)
         fence = int(reply[1])
         if int(reply[2]) != fence:
@@ -372,6 +380,18 @@ class RedisCatalog:
         keys = [state_key(app, shard) for shard in range(self.config.num_shards)]
         with redis_errors(self.config.redis, "fencing the shards"):
             _pipelined(client, [(key, raise_fence(key)) for key in keys])
+
+    def lease_name(self, spark_query_id: str) -> str:
+        """The name streaming query ``spark_query_id`` (Spark's id) holds the app id's
+        lease and records its decisions under: the lease's owner when the lease records
+        that Spark id beside it (a ``foreachBatch`` under Spark Connect with option
+        ``query.id``), else the Spark id itself. One read; safe to repeat."""
+        client, _ = client_and_scripts(self.config.redis)
+        with redis_errors(self.config.redis, "reading the app id's lease"):
+            owner, spark = client.hmget(lease_key(self.config.app_id), "owner", "spark")
+        if owner and spark and _text(spark) == spark_query_id:
+            return _text(owner)
+        return spark_query_id
 
     def _check_unfinished(self, query_id: str) -> None:
         """Refuse while another query's claims of a batch Spark never committed remain.

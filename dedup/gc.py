@@ -35,6 +35,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from dedup.catalog import RedisCatalog
 from dedup.exceptions import DedupError
 from dedup.failpoints import fail_point
+from dedup.spark_session import session_stopped
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +61,14 @@ class DecisionGcListener(StreamingQueryListener):
         self._last: dict[str, int] = {}
         # query id -> {name: release callback}, called once when it terminates
         self._on_stop: dict[str, dict[str, Callable[[], None]]] = {}
-        # query ids whose start / termination this listener has handled; the
-        # condition wakes close() when a termination is done
+        # query ids this listener heard start or act for (a listener added while
+        # the query ran hears no start), and those whose termination it handled;
+        # the condition wakes close() when a termination is done
         self._started: set[str] = set()
         self._ended: set[str] = set()
         self._done = threading.Condition(self._lock)
+        # (Spark query id, metric name) -> the name the app id knows the query by
+        self._names: dict[tuple[str, str], str] = {}
         self.collected = 0
 
     def on_stop(self, query_id: str, name: str, release: Callable[[], None]) -> None:
@@ -75,6 +79,7 @@ class DecisionGcListener(StreamingQueryListener):
         """
         with self._lock:
             self._on_stop.setdefault(query_id, {})[name] = release
+            self._started.add(query_id)
 
     def hold(self, query_id: str, metric_name: str, catalog: RedisCatalog) -> None:
         """Keep the app id lease of ``query_id`` as for a watched query whose progress
@@ -86,6 +91,7 @@ class DecisionGcListener(StreamingQueryListener):
             # Redis (a failover) releases its lease where it runs now
             self._catalogs[metric_name] = catalog
             self._owners.setdefault(query_id, set()).add(metric_name)
+            self._started.add(query_id)
 
     def watch(self, metric_name: str, catalog: RedisCatalog) -> None:
         """Collect for queries whose progress carries ``metric_name``. Safe to repeat."""
@@ -103,8 +109,8 @@ class DecisionGcListener(StreamingQueryListener):
             self._started.add(str(event.id))
 
     def unfinished(self, active: set[str]) -> set[str]:
-        """Queries this listener heard start that are not in ``active`` and whose
-        termination it has not handled yet (its events are still on their way)."""
+        """Queries this listener heard start (or acts for) that are not in ``active``
+        and whose termination it has not handled yet (its events are on their way)."""
         with self._lock:
             return self._started - self._ended - active
 
@@ -130,25 +136,50 @@ class DecisionGcListener(StreamingQueryListener):
             if mine:
                 self._owners.setdefault(query_id, set()).update(name for name, _ in mine)
                 self._last[query_id] = int(progress.batchId)
-        for _, catalog in mine:
+                self._started.add(query_id)
+        for name, catalog in mine:
             try:
                 fail_point("dedup.before_progress_record", catalog.config.fail_points.directory,
                            batch=progress.batchId, query=query_id)
             except DedupError as exc:  # a raise action: this event's writes are lost
                 log.warning("dedup progress of query %s not recorded: %s", query_id, exc)
                 continue
-            self._renew(catalog, query_id)
+            owner = self._owner_name(name, catalog, query_id)
+            self._renew(catalog, owner, query_id)
             try:
-                self.collected += catalog.commit_progress(query_id, int(progress.batchId))
+                self.collected += catalog.commit_progress(owner, int(progress.batchId))
             except DedupError as exc:
                 log.warning("dedup decision GC for query %s failed: %s", query_id, exc)
 
+    def _owner_name(self, metric_name: str, catalog: RedisCatalog, query_id: str) -> str:
+        """The name the app id of ``metric_name`` knows Spark query ``query_id`` by: its
+        decisions and lease are under the foreachBatch sink's ``query.id`` under Spark
+        Connect (the lease records the Spark id beside it), else under the Spark id.
+        One read per event until a name other than the Spark id is found."""
+        key = (query_id, metric_name)
+        with self._lock:
+            known = self._names.get(key)
+        if known is not None:
+            return known
+        try:
+            name = catalog.lease_name(query_id)
+        except DedupError as exc:
+            log.warning("reading the dedup app id lease for query %s failed: %s", query_id, exc)
+            return query_id  # not kept: read again at the next event
+        if name != query_id:  # kept once found: before its first claim the lease cannot say
+            with self._lock:
+                self._names[key] = name
+        return name
+
     @staticmethod
-    def _renew(catalog: RedisCatalog, query_id: str) -> None:
+    def _renew(catalog: RedisCatalog, owner: str, query_id: str) -> None:
         if catalog.config.allow_shared_app_id:
             return
         try:
-            catalog.take_lease(query_id)
+            if owner == query_id:
+                catalog.take_lease(owner)
+            else:
+                catalog.take_lease(owner, spark_query_id=query_id)
         except DedupError as exc:
             # The query's own next claim fails closed if the lease is really lost.
             log.warning("renewing the app id lease of query %s failed: %s", query_id, exc)
@@ -157,9 +188,9 @@ class DecisionGcListener(StreamingQueryListener):
         query_id = str(event.id)
         with self._lock:
             names = self._owners.get(query_id, set())
-            mine = [c for n, c in self._catalogs.items() if n in names]
-        for catalog in mine:
-            self._renew(catalog, query_id)
+            mine = [(n, c) for n, c in self._catalogs.items() if n in names]
+        for name, catalog in mine:
+            self._renew(catalog, self._owner_name(name, catalog, query_id), query_id)
 
     def onQueryTerminated(self, event: Any) -> None:
         query_id = str(event.id)
@@ -169,25 +200,28 @@ class DecisionGcListener(StreamingQueryListener):
             # A query that died before its first progress event may still hold
             # a lease: release it in every catalog (harmless elsewhere: only a
             # lease held by query_id changes).
-            targets = [c for n, c in self._catalogs.items() if names is None or n in names]
+            targets = [(n, c) for n, c in self._catalogs.items() if names is None or n in names]
             releases = self._on_stop.pop(query_id, {})
         for name, release in releases.items():
             try:
                 release()
             except Exception as exc:  # any failure: the lease lapses by itself
                 log.warning("releasing %s of query %s failed: %s", name, query_id, exc)
-        for catalog in targets:
+        for name, catalog in targets:
             try:
+                owner = self._owner_name(name, catalog, query_id)
                 if last is not None:
                     # Every batch up to ``last`` is committed: its decisions can go.
                     # Those of a batch the query stopped in stay, so that a new query
                     # on this app id is refused until this one finishes it.
-                    self.collected += catalog.collect_garbage(query_id, last + 1)
-                catalog.release(query_id)
+                    self.collected += catalog.collect_garbage(owner, last + 1)
+                catalog.release(owner)
             except DedupError as exc:
                 log.warning("releasing the dedup app id lease of query %s failed: %s",
                             query_id, exc)
         with self._done:
+            for key in [k for k in self._names if k[0] == query_id]:
+                del self._names[key]
             self._ended.add(query_id)
             self._done.notify_all()
 
@@ -236,7 +270,7 @@ def close_session_listener(spark: Any, timeout: float = CLOSE_WAIT_S) -> None:
     if listener is None:
         return
     try:
-        if _stopped(spark):
+        if session_stopped(spark):
             return
         active = {str(query.id) for query in spark.streams.active}
         left = listener.wait_for_terminations(active, timeout)
@@ -247,15 +281,6 @@ def close_session_listener(spark: Any, timeout: float = CLOSE_WAIT_S) -> None:
         spark.streams.removeListener(listener)
     except Exception as exc:  # a session going down: nothing to keep it for
         log.debug("closing the dedup listener: %s", exc)
-
-
-def _stopped(spark: Any) -> bool:
-    """Whether ``spark`` was stopped (Connect: released; classic: its context gone)."""
-    stopped = getattr(spark, "is_stopped", None)  # Spark Connect
-    if isinstance(stopped, bool):
-        return stopped
-    context = getattr(spark, "_sc", None)
-    return context is None or getattr(context, "_jsc", None) is None
 
 
 def _close_before_stop(spark: Any) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from dedup.catalog import RedisCatalog
 from dedup.claim import ShardClaimer
 from dedup.config import DedupConfig, InvalidIdPolicy, LatePolicy
 from dedup.exceptions import RecordIdError
@@ -43,7 +44,7 @@ from dedup.metrics import (
     ROUND_TRIPS,
     STATUS,
 )
-from dedup.spark_session import task_batch
+from dedup.spark_session import task_batch, task_spark_query
 from dedup.worker_imports import keep_static_archive_caches
 
 STATIC_QUERY_ID = "static"
@@ -231,6 +232,7 @@ class PartitionStep:
         keep_static_archive_caches()  # per-task overhead of the worker, see the module
         ctx = TaskContext.get()
         query_id, batch_id = task_batch(ctx, self.streaming)  # classic, or Spark Connect's tag
+        spark_query_id = task_spark_query(ctx)
         partition = ctx.partitionId() if ctx else -1
         lease_owner = query_id or ""
         if not query_id or batch_id is None:
@@ -245,9 +247,13 @@ class PartitionStep:
         now = batch_clock(self.config, float(columns[3][0][0]), str(batch_id), partition)
         event_seconds = (np.concatenate(columns[4]).astype(np.float64, copy=False)
                          if len(columns) > 4 else None)
+        # The lease records Spark's id of the query beside its owner name (they differ
+        # under Spark Connect with option query.id): the driver's listener, which hears
+        # the query by Spark's id, renews and releases it under the owner's name.
+        claimer = ShardClaimer(self.config, RedisCatalog(self.config, spark_query_id))
         return decide_partition(
             self.config, ids, shards, query_id, str(batch_id), lease_owner, partition,
-            now=now, problems=problems, event_seconds=event_seconds,
+            claimer=claimer, now=now, problems=problems, event_seconds=event_seconds,
             strict=self.streaming and query_id != STATIC_QUERY_ID)
 
 

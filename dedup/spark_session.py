@@ -23,6 +23,10 @@ RUN_ID_PROPERTY = "spark.jobGroup.id"  # Spark runs a micro-batch under its run 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 JOB_TAGS_PROPERTY = "spark.job.tags"
 BATCH_TAG = "dedup-batch="
+# Job tag naming the Spark query id of a batch_scope whose decisions go under another
+# name (option query.id): the app id's lease records it, so that the driver's
+# listener, which hears the query by its Spark id, acts for that name.
+SPARK_QUERY_TAG = "dedup-spark-query="
 """Job tag ``dedup-batch=<query id>/<batch id>`` set by :func:`batch_scope` (Spark Connect)."""
 CONNECT_TAG = "SparkConnect_"
 
@@ -45,6 +49,17 @@ def is_kafka_replay_bug(error: BaseException | str) -> bool:
 def is_connect(spark: Any) -> bool:
     """Whether ``spark`` (a SparkSession or DataFrame) belongs to Spark Connect."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def session_stopped(spark: Any) -> bool:
+    """Whether ``spark`` was stopped (Spark Connect: released; classic: its context is
+    gone). Safe to call on any session, any number of times."""
+    stopped = getattr(spark, "is_stopped", None)  # Spark Connect's property
+    if isinstance(stopped, bool):
+        return stopped
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is None
 
 
 def make_active(spark: Any) -> None:
@@ -167,7 +182,8 @@ def query_session(df: Any) -> Any:
 
 
 @contextmanager
-def batch_scope(df: Any, batch_id: int, query_id: str | None = None) -> Iterator[None]:
+def batch_scope(df: Any, batch_id: int, query_id: str | None = None,
+                spark_query_id: str | None = None) -> Iterator[None]:
     """Inside a ``foreachBatch`` function: let the tasks of the jobs started in the
     block see which micro-batch they compute, as classic Spark does by itself.
 
@@ -180,6 +196,8 @@ def batch_scope(df: Any, batch_id: int, query_id: str | None = None) -> Iterator
     tasks). ``query_id``: the name to record decisions under, the same on
     every run from one checkpoint; default the query's id (see
     :func:`batch_identity`; with several queries in the session, pass it).
+    ``spark_query_id``: Spark's id of the query, when known and other than
+    ``query_id`` (tagged too: see :data:`SPARK_QUERY_TAG`).
     The toolkit's foreachBatch sinks do this themselves.
     """
     spark = df.sparkSession
@@ -193,12 +211,16 @@ def batch_scope(df: Any, batch_id: int, query_id: str | None = None) -> Iterator
                 "batch_scope under Spark Connect: the session runs several streaming queries, "
                 "so this micro-batch's query cannot be told: pass query_id (a stable name, "
                 "the same across restarts of this query)")
-    tag = f"{BATCH_TAG}{query_id}/{int(batch_id)}"
-    spark.addTag(tag)
+    tags = [f"{BATCH_TAG}{query_id}/{int(batch_id)}"]
+    if spark_query_id and spark_query_id != query_id:
+        tags.append(f"{SPARK_QUERY_TAG}{spark_query_id}")
+    for tag in tags:
+        spark.addTag(tag)
     try:
         yield
     finally:
-        spark.removeTag(tag)
+        for tag in tags:
+            spark.removeTag(tag)
 
 
 def task_batch(context: Any, streaming: bool) -> tuple[str | None, str | None]:
@@ -229,6 +251,22 @@ def task_batch(context: Any, streaming: bool) -> tuple[str | None, str | None]:
             "ExactlyOnceKafkaForeachBatch or deduplicate_to_kafka, or run the function's "
             "body in `with dedup.spark_session.batch_scope(df, batch_id):`")
     return query_id, batch_id  # as found (the caller falls back to a batch DataFrame's token)
+
+
+def task_spark_query(context: Any) -> str | None:
+    """Spark's id of the streaming query whose micro-batch the running task computes
+    (classic: its local property; Spark Connect: :data:`SPARK_QUERY_TAG`), None where
+    it cannot be told. Worker side."""
+    if context is None:
+        return None
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+    if query_id:
+        return str(query_id)
+    for tag in (context.getLocalProperty(JOB_TAGS_PROPERTY) or "").split(","):
+        _, found, value = tag.rpartition("_Tag_" + SPARK_QUERY_TAG)
+        if found and value:
+            return value
+    return None
 
 
 # Spark application ids whose Python workers were seen to import the toolkit

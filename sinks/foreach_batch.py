@@ -227,6 +227,7 @@ class ExactlyOnceKafkaForeachBatch:
     def __call__(self, df: Any, batch_id: int) -> None:
         layout, columns, query_id, batch = self.begin_batch(df, batch_id)
         config = self.config
+        spark_query_id, _ = self.identity(df)
 
         def write(batches: Iterator[Any]) -> Iterator[Any]:
             from pyspark import TaskContext
@@ -241,7 +242,7 @@ class ExactlyOnceKafkaForeachBatch:
 
         # Under Spark Connect the tasks learn the batch from a job tag (a dedup
         # step upstream records its decisions under it); classic: nothing to do.
-        with batch_scope(df, batch, query_id):
+        with batch_scope(df, batch, query_id, spark_query_id):
             written = df.mapInArrow(write, WRITTEN_SCHEMA).collect()
         self.end_batch(written, query_id, batch)
 
