@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from dedup.config import validate_app_id
 from sinks.config import SinkConfig, sink_identity
-from sinks.exceptions import KafkaUnavailableError, UnsafeSinkSettingError
+from sinks.exceptions import KafkaUnavailableError, SinkConfigError, UnsafeSinkSettingError
 from sinks.kafka_io import ensure_topic
 
 TIMEOUT_S = 30.0
@@ -87,12 +87,71 @@ def warn_marker_retention(config: SinkConfig, retention_minutes: str | None) -> 
         "offsets.retention.minutes", config.identity, why, retention_minutes, days, fix)
 
 
+# Broker settings that say what a topic created on first write gets.
+AUTO_CREATE_SETTINGS = ("auto.create.topics.enable", "num.partitions",
+                        "default.replication.factor", "message.max.bytes")
+
+# (bootstrap servers, topic) already announced as created on first write
+_ANNOUNCED: set[tuple[str, str]] = set()
+
+
+def check_output_topics(config: SinkConfig, settings: dict[str, str],
+                        existing: set[str]) -> None:
+    """An output topic (``topic``, ``dead.letter.topic``) not in ``existing``: refused
+    when the broker does not create topics, else announced once per process in one
+    line (the broker creates it at the first write, with its defaults).
+
+    ``settings``: the broker's :data:`AUTO_CREATE_SETTINGS` as read. Safe to repeat.
+
+    Raises
+    ------
+    SinkConfigError
+        A missing topic the broker will not create (one line: which, and the fix).
+    """
+    for option, topic in (("topic", config.topic), ("dead.letter.topic",
+                                                     config.dead_letter_topic)):
+        if not topic or topic in existing:
+            continue
+        if settings.get("auto.create.topics.enable", "true").lower() == "false":
+            raise SinkConfigError(
+                f"{option} {topic!r} does not exist on {config.bootstrap_servers} and the "
+                "broker does not create topics (auto.create.topics.enable=false): create it "
+                f"(kafka-topics.sh --create --topic {topic} --partitions <n>), then start "
+                "the query again")
+        key = (config.bootstrap_servers, topic)
+        if key in _ANNOUNCED:
+            continue
+        _ANNOUNCED.add(key)
+        log.warning(
+            "%s %r does not exist yet: the broker creates it at the first write with its "
+            "defaults (num.partitions=%s, default.replication.factor=%s, max.message.bytes="
+            "%s); create it before the first run to choose others", option, topic,
+            settings.get("num.partitions", "?"), settings.get("default.replication.factor", "?"),
+            settings.get("message.max.bytes", "?"))
+
+
+def existing_topics(config: SinkConfig) -> set[str]:
+    """The names of the topics on the cluster (one metadata round trip, no topic is
+    created by it)."""
+    try:
+        metadata = AdminClient(config.client_config()).list_topics(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(
+            f"could not list the topics of {config.bootstrap_servers}: {exc}; check "
+            "kafka.bootstrap.servers and that the broker is up") from exc
+    return set(metadata.topics)
+
+
 def prepare(config: SinkConfig) -> None:
     """Driver-side start checks: broker limit, marker topic exists, marker retention
-    (a warning). Safe to repeat."""
+    (a warning), output topics that do not exist yet (refused or announced). Safe to
+    repeat."""
     settings = broker_configs(config.client_config(),
-                              ("transaction.max.timeout.ms", "offsets.retention.minutes"))
+                              ("transaction.max.timeout.ms", "offsets.retention.minutes",
+                               *AUTO_CREATE_SETTINGS))
     check_transaction_timeout(config, settings.get("transaction.max.timeout.ms"))
+    if config.topic or config.dead_letter_topic:
+        check_output_topics(config, settings, existing_topics(config))
     warn_marker_retention(config, settings.get("offsets.retention.minutes"))
     if (config.strong_productions and config.redis is not None
             and settings.get("offsets.retention.minutes") is not None):

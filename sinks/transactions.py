@@ -286,18 +286,45 @@ def topic_max_message_bytes(config: SinkConfig, topic: str, fresh: bool = False)
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
     limit: int | None = None
+    settings: dict[str, Any] = {**config.client_config(), "logger": CLIENT_LOG}
+    admin = AdminClient(settings)
     try:
-        settings: dict[str, Any] = {**config.client_config(), "logger": CLIENT_LOG}
-        admin = AdminClient(settings)
         [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
         entry = future.result(CALL_TIMEOUT_S).get("max.message.bytes")
         if entry is not None and entry.value is not None:
             limit = int(entry.value)
-    except (KafkaException, ValueError, TimeoutError) as exc:
+    except KafkaException as exc:
+        if exc.args and isinstance(exc.args[0], KafkaError) and \
+                exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            # Not created yet (the driver announced it): the broker creates it at this
+            # write with its message.max.bytes, the topics' default. Not kept: the next
+            # use reads the topic's own.
+            return _broker_message_max_bytes(admin)
+        log.warning("could not read max.message.bytes of topic %r (%s): records larger than "
+                    "it are refused by the broker, not sent to dead.letter.topic", topic, exc)
+    except (ValueError, TimeoutError) as exc:
         log.warning("could not read max.message.bytes of topic %r (%s): records larger than "
                     "it are refused by the broker, not sent to dead.letter.topic", topic, exc)
     _TOPIC_LIMITS[key] = limit
     return limit
+
+
+def _broker_message_max_bytes(admin: Any) -> int | None:
+    """The broker's ``message.max.bytes`` (what a topic it creates gets), None when it
+    cannot be read (the broker still enforces it)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    try:
+        brokers = sorted(admin.list_topics(timeout=CALL_TIMEOUT_S).brokers)
+        if not brokers:
+            return None
+        [future] = admin.describe_configs(
+            [ConfigResource(ResourceType.BROKER, str(brokers[0]))]).values()
+        entry = future.result(CALL_TIMEOUT_S).get("message.max.bytes")
+        return int(entry.value) if entry is not None and entry.value is not None else None
+    except (KafkaException, ValueError, TimeoutError) as exc:
+        log.debug("could not read the broker's message.max.bytes: %s", exc)
+        return None
 
 
 def forget_topic_limits(config: SinkConfig) -> None:
