@@ -46,3 +46,17 @@ def test_a_negative_count_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match=r"run.shuffle_partitions must be >= 1, or 0 for one "
                                           r"per core of the master, not -1"):
         shuffle_partitions({"shuffle_partitions": -1}, "master", "local[2]")
+
+
+@pytest.mark.parametrize(("run", "kind", "where", "said"), [
+    ({"shuffle_partitions": 3}, "master", "local[2]", "run.shuffle_partitions"),
+    ({"shuffle_partitions": 0}, "master", "local[2]", "one per core of local[2]"),
+    ({"shuffle_partitions": 0}, "master", "spark://h:7077", "spark://h:7077 does not say"),
+    ({"shuffle_partitions": 0}, "remote", "sc://h:15002", "sc://h:15002 does not say"),
+])
+def test_the_start_line_says_why_the_count(run: dict[str, int], kind: str, where: str,
+                                           said: str) -> None:
+    """``dedup run`` prints the count it chose and why (issue 51, item 5)."""
+    from dedup.cli.run import shuffle_partitions_reason
+
+    assert said in shuffle_partitions_reason(run, kind, where)
