@@ -26,7 +26,7 @@ from dedup.local.paths import cache_dir
 from dedup.spark_session import is_kafka_replay_bug
 
 __all__ = ["EXIT_INCOMPLETE", "add_parser", "run_command", "run_pipeline", "shuffle_partitions",
-           "spark_target"]
+           "shuffle_partitions_reason", "spark_target"]
 
 UNKNOWN_CORES_PARTITIONS = 4
 """``run.shuffle_partitions = 0`` where the master's URL does not say its cores (a
@@ -93,6 +93,17 @@ def shuffle_partitions(run: dict[str, Any], kind: str, where: str) -> int:
     return max(1, int(cores or 1))
 
 
+def shuffle_partitions_reason(run: dict[str, Any], kind: str, where: str) -> str:
+    """Why :func:`shuffle_partitions` chose its count, in a few words (for the start
+    line of ``dedup run``). Pure."""
+    if int(run["shuffle_partitions"]) > 0:
+        return "run.shuffle_partitions"
+    if kind == "master" and _LOCAL_MASTER.fullmatch(where.strip()):
+        return f"one per core of {where.strip()}; run.shuffle_partitions sets another"
+    return (f"{where.strip()} does not say its cores; run.shuffle_partitions sets the "
+            "count, one per core measured fastest")
+
+
 def add_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
         "run", parents=[parent], help="run a pipeline described in a TOML file",
@@ -151,6 +162,9 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
              f"{'dedup -> ' if pipeline.table('dedup')['enabled'] else ''}{sink['type']} sink")
     progress.say(f"pipeline {pipeline.app_id}: {pipeline.table('source')['type']} source -> "
                  f"{steps} {sink['topic'] or ''}; checkpoint {checkpoint}")
+    # an app id keeps the count of its first batch (the operator warns when it differs)
+    progress.say(f"{partitions} shuffle partitions "
+                 f"({shuffle_partitions_reason(run, kind, where)})")
     if kind == "remote":
         progress.say(f"connecting to the Spark Connect server {where} (Spark's log is the "
                      "server's)")
