@@ -22,7 +22,14 @@ from dedup import DedupConfig, DedupError, RedisCatalog, RedisConfig, ShardClaim
 from dedup.bloom import FilterCache
 from dedup.keys import ACL_COMMANDS, acl_key_patterns, acl_setuser_line
 from sinks.checkpoint import CheckpointStore
-from tests.integration.sinks.pipeline import assert_pipeline_exact
+from tests.integration.sinks.pipeline import (
+    assert_pipeline_exact,
+    check_exact,
+    fill_input,
+    kafka_stream,
+    run_available_now,
+    sink_options,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -58,11 +65,32 @@ def acl_user(redis_url: str) -> Iterator[MakeUser]:
 
 @pytest.mark.spark
 @pytest.mark.kafka
+@pytest.mark.parametrize("one_pass", [False, True], ids=["two-step", "one-pass"])
 def test_a_pipeline_as_an_acl_user_with_the_documented_line_is_exact(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
-        tmp_checkpoint: str, acl_user: MakeUser) -> None:
+        tmp_checkpoint: str, acl_user: MakeUser, one_pass: bool) -> None:
+    """Both library forms (one pass is the one ``dedup run`` uses by default)."""
     url = acl_user(app_id, acl_setuser_line(app_id))
-    assert_pipeline_exact(spark, kafka_bootstrap, app_id, url, tmp_checkpoint)
+    if not one_pass:
+        assert_pipeline_exact(spark, kafka_bootstrap, app_id, url, tmp_checkpoint)
+        return
+    import sinks
+    from dedup import with_record_id
+    from sinks import deduplicate_to_kafka
+
+    sinks.register(spark)
+    topics, expected = fill_input(kafka_bootstrap, app_id)
+    df = with_record_id(kafka_stream(spark, kafka_bootstrap, topics.source),
+                        strategy="column", column="key")
+    writer = deduplicate_to_kafka(df, DedupConfig(app_id, RedisConfig(url), num_shards=2),
+                                  sink_options(kafka_bootstrap, topics, app_id, url))
+    query, finished = run_available_now(
+        lambda: writer.option("checkpointLocation", tmp_checkpoint)
+        .trigger(availableNow=True).start(), 150)
+    assert query.exception() is None, query.exception()
+    assert finished, "the query did not finish"
+    report = check_exact(kafka_bootstrap, topics.out, expected)
+    assert report.ok and report.open_transactions == 0, report.summary()
 
 
 def _every_call(url: str, app_id: str, query: str) -> None:
