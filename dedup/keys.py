@@ -132,6 +132,11 @@ ACL_COMMANDS = (
 ``+``, a script's inner ``redis.call`` commands included."""
 
 
+ACL_CLUSTER_COMMANDS = ("cluster|slots", "command")
+"""What a Redis Cluster client sends beyond :data:`ACL_COMMANDS`: redis-py reads the slot
+map (``CLUSTER SLOTS``) and the commands' key positions (``COMMAND``) when it connects."""
+
+
 def acl_key_patterns(app_id: str) -> tuple[str, ...]:
     """The key patterns (ACL ``~`` rules without the ``~``) that cover every key of
     ``app_id``: its catalog's (``{<app>}``, ``{<app>:s<shard>}``), its sink outputs'
@@ -141,12 +146,15 @@ def acl_key_patterns(app_id: str) -> tuple[str, ...]:
     return (f"{stem}}}*", f"{stem}:*", f"{stem}/*", *SHARED_KEY_PATTERNS)
 
 
-def acl_setuser_line(app_id: str, user: str = "", password: str = "<password>") -> str:
+def acl_setuser_line(app_id: str, user: str = "", password: str = "<password>",
+                     cluster: bool = False) -> str:
     """The ``ACL SETUSER`` line of a Redis user that may run ``app_id``'s pipeline:
-    its keys and :data:`ACL_COMMANDS`, nothing else (user ``dedup-<app id>`` unless
+    its keys and :data:`ACL_COMMANDS` (and, for a Redis Cluster,
+    :data:`ACL_CLUSTER_COMMANDS`), nothing else (user ``dedup-<app id>`` unless
     ``user``)."""
     keys = " ".join(f"~{pattern}" for pattern in acl_key_patterns(app_id))
-    commands = " ".join(f"+{command}" for command in ACL_COMMANDS)
+    commands = " ".join(f"+{command}" for command in
+                        (*ACL_COMMANDS, *(ACL_CLUSTER_COMMANDS if cluster else ())))
     return (f"ACL SETUSER {user or 'dedup-' + app_id} on >{password} resetkeys {keys} "
             f"resetchannels -@all {commands}")
 

@@ -13,15 +13,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import redis
 
-from dedup import DedupConfig, DedupError, RedisCatalog, RedisConfig, ShardClaimer
-from dedup.bloom import FilterCache
+from dedup import DedupConfig, DedupError, RedisConfig
 from dedup.keys import ACL_COMMANDS, acl_key_patterns, acl_setuser_line
-from sinks.checkpoint import CheckpointStore
+from tests.integration.security.acl import every_call, make_user, new_query
 from tests.integration.sinks.pipeline import (
     assert_pipeline_exact,
     check_exact,
@@ -33,7 +31,6 @@ from tests.integration.sinks.pipeline import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
-NOW = 1_800_000_000.0
 # WAIT is sent only to a Redis with replicas (a claim then waits for them): the
 # session's Redis has none, so no call here can be refused it.
 NOT_SENT_WITHOUT_REPLICAS = ("wait",)
@@ -49,13 +46,8 @@ def acl_user(redis_url: str) -> Iterator[MakeUser]:
     made: list[str] = []
 
     def make(app_id: str, line: str) -> str:
-        user, password = f"dedup-{app_id}", uuid.uuid4().hex
-        words = line.replace("<password>", password).split()
-        assert words[:3] == ["ACL", "SETUSER", user], words[:3]
-        admin.execute_command(*words)
-        made.append(user)
-        parts = urlsplit(redis_url)
-        return f"redis://{user}:{password}@{parts.hostname}:{parts.port}/0"
+        made.append(f"dedup-{app_id}")
+        return make_user([admin], redis_url, app_id, line)
 
     yield make
     for user in made:
@@ -93,45 +85,10 @@ def test_a_pipeline_as_an_acl_user_with_the_documented_line_is_exact(
     assert report.ok and report.open_transactions == 0, report.summary()
 
 
-def _every_call(url: str, app_id: str, query: str) -> None:
-    """The catalog's and the sink's Redis calls of a pipeline, as a user at ``url``, for
-    streaming query ``query`` (safe to repeat: a refused run's retry goes on from it)."""
-    config = DedupConfig(app_id, RedisConfig(url), num_shards=2)
-    catalog = RedisCatalog(config)
-    catalog.check_setup()
-    claimer = ShardClaimer(config, catalog, FilterCache())
-    for batch in range(6):  # past the journal's last four versions: it trims (HSTRLEN)
-        claimer.claim(query, batch, 0, [f"a{batch}", "b"], query, now=NOW, strict=True)
-        catalog.commit_progress(query, batch)
-    assert catalog.knows_query(query)
-    catalog.collect_garbage(query, 5)
-    store = CheckpointStore(RedisConfig(url), app_id, "main")
-    store.check_persistence()
-    store.take_lease(query, 30)
-    store.join_query(query, "run-1", 0, "topic", "cluster")
-    assert store.put_if_absent(query, 0, 1, b"rows")[0] == b"rows"
-    assert store.put_if_absent(query, 0, 1, b"other") == (b"rows", False)
-    store.record_intent(query, 0, 1)
-    store.record_committed(query, 0, 1)
-    assert store.read_marker_copy(1, query)[0] == (query, 0)
-    store.set_marker_retention(60)
-    assert store.marker_retention_ms() == 3_600_000
-    store.put_if_absent(query, 1, 1, b"rows")
-    store.delete(query, 1, 1)
-    store.collect_garbage(query, 1)
-    store.release_lease(query)
-    catalog.release(query)
-    catalog.forget_query(query)
-
-
-def _query() -> str:
-    return f"q-{uuid.uuid4().hex[:12]}"
-
-
 def test_the_documented_line_lets_every_call_of_a_pipeline_through(
         redis_url: str, app_id: str, acl_user: MakeUser) -> None:
     redis.Redis.from_url(redis_url).script_flush()  # SCRIPT LOAD is needed, and allowed
-    _every_call(acl_user(app_id, acl_setuser_line(app_id)), app_id, _query())
+    every_call(acl_user(app_id, acl_setuser_line(app_id)), app_id, new_query())
 
 
 @pytest.mark.parametrize("missing", [
@@ -150,13 +107,13 @@ def test_a_user_missing_one_part_of_the_line_is_refused_naming_it(
     url = acl_user(app_id, f"{line} ".replace(f" {missing} ", " ").strip())
     admin = redis.Redis.from_url(redis_url)
     admin.script_flush()  # else another user's SCRIPT LOAD would stand in for this one's
-    query = _query()
+    query = new_query()
     with pytest.raises(DedupError) as caught:
-        _every_call(url, app_id, query)
+        every_call(url, app_id, query)
     message = str(caught.value)
     assert "\n" not in message, message
     assert missing in message and "docs/operations.md, Redis ACL" in message, message
     assert url.split(":")[2].split("@")[0] not in message  # never the password
     admin.execute_command("ACL", "SETUSER", f"dedup-{app_id}", missing)
-    _every_call(url, app_id, query)
+    every_call(url, app_id, query)
     admin.close()
