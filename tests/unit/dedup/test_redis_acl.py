@@ -43,7 +43,8 @@ def _granted(key: str, patterns: tuple[str, ...]) -> bool:
 
 def test_the_documented_acl_line_is_the_one_the_code_derives() -> None:
     text = (ROOT / "docs" / "operations.md").read_text()
-    lines = [line.strip() for line in text.splitlines() if line.startswith("ACL SETUSER ")]
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip().startswith("ACL SETUSER ")]
     assert lines == [keys.acl_setuser_line("orders"),
                      keys.acl_setuser_line("orders", cluster=True)], lines
 
