@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from dedup import DedupConfig, DedupError, RedisConfig
-from dedup.keys import ACL_COMMANDS, acl_key_patterns, acl_setuser_line
+from dedup.keys import ACL_COMMANDS, ACL_MIGRATE_COMMANDS, acl_key_patterns, acl_setuser_line
 from tests.integration.security.acl import every_call, make_user, new_query
 from tests.integration.sinks.pipeline import (
     assert_pipeline_exact,
@@ -117,3 +117,28 @@ def test_a_user_missing_one_part_of_the_line_is_refused_naming_it(
     admin.execute_command("ACL", "SETUSER", f"dedup-{app_id}", missing)
     every_call(url, app_id, query)
     admin.close()
+
+
+def test_migrate_catalog_as_an_acl_user_needs_the_documented_commands_beyond_the_line(
+        redis_url: str, acl_user: MakeUser) -> None:
+    """``dedup migrate-catalog`` lists a format-1 catalog's ID sets (SCAN), reads each
+    (SSCAN) and carries its expiry over (EXPIRETIME): the line without those is refused
+    naming the first; with ``ACL_MIGRATE_COMMANDS`` added the migration completes."""
+    import time
+
+    from dedup.migrate import migrate_catalog
+    from tests.integration.dedup.test_catalog_migration import _old_catalog
+
+    app_id = f"acl-{uuid.uuid4().hex[:10]}"
+    _old_catalog(redis.Redis.from_url(redis_url), app_id, time.time())
+    url = acl_user(app_id, acl_setuser_line(app_id))
+    config = DedupConfig(app_id, RedisConfig(url, require_persistence=False), num_shards=2)
+    with pytest.raises(DedupError, match=r"\+scan to its ACL") as caught:
+        migrate_catalog(config)
+    assert "\n" not in str(caught.value)
+    admin = redis.Redis.from_url(redis_url)
+    admin.execute_command("ACL", "SETUSER", f"dedup-{app_id}",
+                          *(f"+{command}" for command in ACL_MIGRATE_COMMANDS))
+    admin.close()
+    report = migrate_catalog(config)
+    assert (report.ids, report.decisions) == (6_000, 2)
