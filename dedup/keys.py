@@ -137,6 +137,12 @@ ACL_CLUSTER_COMMANDS = ("cluster|slots", "command")
 map (``CLUSTER SLOTS``) and the commands' key positions (``COMMAND``) when it connects."""
 
 
+ACL_MIGRATE_COMMANDS = ("scan", "sscan", "expiretime")
+"""What ``dedup migrate-catalog`` sends beyond :data:`ACL_COMMANDS`: it lists a format-1
+catalog's ID sets (``SCAN``, which lists key names of every app id whatever the user's
+key patterns), reads each and carries its expiry over."""
+
+
 def acl_key_patterns(app_id: str) -> tuple[str, ...]:
     """The key patterns (ACL ``~`` rules without the ``~``) that cover every key of
     ``app_id``: its catalog's (``{<app>}``, ``{<app>:s<shard>}``), its sink outputs'

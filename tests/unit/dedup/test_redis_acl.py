@@ -47,6 +47,8 @@ def test_the_documented_acl_line_is_the_one_the_code_derives() -> None:
              if line.strip().startswith("ACL SETUSER ")]
     assert lines == [keys.acl_setuser_line("orders"),
                      keys.acl_setuser_line("orders", cluster=True)], lines
+    migrate = " ".join(f"+{command}" for command in keys.ACL_MIGRATE_COMMANDS)
+    assert f"`{migrate}`" in text, f"docs/operations.md does not list {migrate}"
 
 
 def test_every_command_of_a_lua_script_is_granted() -> None:
