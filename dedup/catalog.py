@@ -304,7 +304,7 @@ class RedisCatalog:
 
     def _run(self, name: str, keys: list[str], args: list[Any], what: str) -> Any:
         _client, scripts = client_and_scripts(self.config.redis)
-        with redis_errors(self.config.redis, what):
+        with redis_errors(self.config.redis, what, keys=keys, script=name):
             return scripts[name](keys=keys, args=args)
 
     def _check_status(self, reply: list[Any], shard: int) -> str:
@@ -378,7 +378,7 @@ class RedisCatalog:
                                                  client=pipe)
 
         keys = [state_key(app, shard) for shard in range(self.config.num_shards)]
-        with redis_errors(self.config.redis, "fencing the shards"):
+        with redis_errors(self.config.redis, "fencing the shards", keys=keys, script="fence"):
             _pipelined(client, [(key, raise_fence(key)) for key in keys])
 
     def lease_name(self, spark_query_id: str) -> str:
@@ -402,7 +402,8 @@ class RedisCatalog:
         """
         client, _ = client_and_scripts(self.config.redis)
         app = self.config.app_id
-        with redis_errors(self.config.redis, "checking for unfinished batches"):
+        with redis_errors(self.config.redis, "checking for unfinished batches",
+                          keys=[decisions_key(app, 0), queries_key(app)]):
             pipe = client.pipeline(transaction=False)
             for shard in range(self.config.num_shards):
                 pipe.hkeys(decisions_key(app, shard))
@@ -446,7 +447,8 @@ class RedisCatalog:
                         "stopped query reaching a flushed or replaced Redis)",
                         redact_url(self.config.redis.url), app, committed_batch, query_id)
         calls = self._gc_calls(scripts, query_id, committed_batch)
-        with redis_errors(self.config.redis, "collecting decisions"):
+        with redis_errors(self.config.redis, "collecting decisions", keys=[calls[0][0]],
+                          script="gc"):
             return sum(int(x) for x in _pipelined(client, calls))
 
     def _acknowledged(self, script: str | None, key: str, args: list[Any], what: str,
@@ -463,7 +465,8 @@ class RedisCatalog:
         cfg = self.config
         client, scripts = client_and_scripts(cfg.redis)
         required = self.required_replicas()
-        with redis_errors(cfg.redis, what), _topology_refreshed_on_error(client):
+        with redis_errors(cfg.redis, what, keys=[key, *also], script=script or ""), \
+                _topology_refreshed_on_error(client):
             node = client_for_key(client, key)
             pipe = node.pipeline(transaction=False)
             if script is None:
@@ -497,7 +500,7 @@ class RedisCatalog:
         """
         client, _ = client_and_scripts(self.config.redis)
         app, cfg = self.config.app_id, self.config
-        with redis_errors(self.config.redis, "forgetting a query"):
+        with redis_errors(self.config.redis, "forgetting a query", keys=[meta_key(app)]):
             pipe = client.pipeline(transaction=False)
             pipe.hget(meta_key(app), "num_shards")
             for shard in range(cfg.num_shards):
@@ -510,11 +513,14 @@ class RedisCatalog:
                 f"{cfg.num_shards}; use num_shards={int(recorded)}"
             )
         client, scripts = client_and_scripts(self.config.redis)
-        with redis_errors(self.config.redis, "forgetting a query"):
+        with redis_errors(self.config.redis, "forgetting a query",
+                          keys=[decisions_key(app, 0)], script="gc"):
             removed = sum(int(x) for x in _pipelined(
                 client, self._gc_calls(scripts, query_id, 0, every=True)))
-        with redis_errors(self.config.redis, "forgetting a query"):
+        with redis_errors(self.config.redis, "forgetting a query", keys=[queries_key(app)]):
             client.hdel(queries_key(app), query_id)
+        with redis_errors(self.config.redis, "forgetting a query",
+                          keys=[query_apps_key(query_id)]):
             client.hdel(query_apps_key(query_id), app)
         _JOINED.discard((self.config.redis.url, app, query_id))
         return removed
@@ -530,9 +536,13 @@ class RedisCatalog:
         """
         client, _ = client_and_scripts(self.config.redis)
         app = self.config.app_id
-        with redis_errors(self.config.redis, "looking up a streaming query"):
-            return bool(client.hexists(query_apps_key(query_id), app)) or \
-                bool(client.hexists(queries_key(app), query_id))
+        with redis_errors(self.config.redis, "looking up a streaming query",
+                          keys=[query_apps_key(query_id)]):
+            if client.hexists(query_apps_key(query_id), app):
+                return True
+        with redis_errors(self.config.redis, "looking up a streaming query",
+                          keys=[queries_key(app)]):
+            return bool(client.hexists(queries_key(app), query_id))
 
     def committed_batch(self, query_id: str) -> int | None:
         """The last batch of streaming query ``query_id`` recorded as committed under
@@ -542,7 +552,8 @@ class RedisCatalog:
         its query id was reused (a fixed id with a reset checkpoint location).
         """
         client, _ = client_and_scripts(self.config.redis)
-        with redis_errors(self.config.redis, "looking up a streaming query"):
+        with redis_errors(self.config.redis, "looking up a streaming query",
+                          keys=[queries_key(self.config.app_id)]):
             raw = client.hget(queries_key(self.config.app_id), query_id)
         return None if raw is None else int(raw)
 
@@ -713,7 +724,8 @@ class RedisCatalog:
             # WAIT counts the writes of its own connection, so both go to the
             # shard's primary through one pipeline (on a cluster, its node client).
             client, scripts = client_and_scripts(cfg.redis)
-            with redis_errors(cfg.redis, what), _topology_refreshed_on_error(client):
+            with redis_errors(cfg.redis, what, keys=keys, script="claim"), \
+                    _topology_refreshed_on_error(client):
                 node = client_for_key(client, keys[0])
                 pipe = node.pipeline(transaction=False)
                 scripts["claim"](keys=keys, args=args, client=pipe)
@@ -784,7 +796,8 @@ class RedisCatalog:
         known = _REPLICAS.get(key)
         if known is None:
             client, _ = client_and_scripts(self.config.redis)
-            with redis_errors(self.config.redis, "reading the app id's replica count"):
+            with redis_errors(self.config.redis, "reading the app id's replica count",
+                              keys=[meta_key(self.config.app_id)]):
                 raw = client.hget(meta_key(self.config.app_id), "replicas")
             known = _REPLICAS[key] = int(raw or 0)
         return known
@@ -827,7 +840,8 @@ class RedisCatalog:
         client, scripts = client_and_scripts(self.config.redis)
 
         calls = self._gc_calls(scripts, query_id, before_batch)
-        with redis_errors(self.config.redis, "garbage collection"):
+        with redis_errors(self.config.redis, "garbage collection", keys=[calls[0][0]],
+                          script="gc"):
             return sum(int(x) for x in _pipelined(client, calls))
 
     def release(self, query_id: str) -> None:
@@ -843,7 +857,8 @@ class RedisCatalog:
         """IDs currently remembered (the counts of the live buckets' indexes, all shards,
         one pipeline)."""
         client, _ = client_and_scripts(self.config.redis)
-        with redis_errors(self.config.redis, "reading the catalog size"):
+        with redis_errors(self.config.redis, "reading the catalog size",
+                          keys=[index_key(self.config.app_id, 0, 0)]):
             pipe = client.pipeline(transaction=False)
             for shard in range(self.config.num_shards):
                 for bucket in live_buckets(self.config, now):
@@ -855,7 +870,7 @@ class RedisCatalog:
         and tests; claims never ask this way). Safe to repeat."""
         _client, scripts = client_and_scripts(self.config.redis)
         keys = [index_key(self.config.app_id, shard, b) for b in lookup_buckets(self.config, now)]
-        with redis_errors(self.config.redis, "looking an ID up"):
+        with redis_errors(self.config.redis, "looking an ID up", keys=keys, script="contains"):
             return bool(scripts["contains"](keys=keys, args=id_digests([record_id])))
 
     def check_setup(self, layout: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -887,7 +902,7 @@ class RedisCatalog:
         url = redact_url(cfg.redis.url)
         wanted = {"num_shards": str(cfg.num_shards), "catalog_format": CATALOG_FORMAT,
                   **dict(layout or {})}
-        with redis_errors(cfg.redis, "the start-up check"):
+        with redis_errors(cfg.redis, "the start-up check", keys=[meta_key(cfg.app_id)]):
             client.ping()
             if cfg.redis.require_persistence:
                 _check_safe_settings(client, url)
@@ -930,7 +945,8 @@ class RedisCatalog:
         before = int(recorded.get("replicas", 0))
         required = explicit if explicit is not None else max(before, connected)
         if required != before or "replicas" not in recorded:
-            with redis_errors(cfg.redis, "recording the replica count"):
+            with redis_errors(cfg.redis, "recording the replica count",
+                              keys=[meta_key(cfg.app_id)]):
                 client.hset(meta_key(cfg.app_id), "replicas", required)
         _REPLICAS[(cfg.redis.url, cfg.app_id)] = required
         if connected < required:
@@ -951,6 +967,8 @@ def _connected_replicas(client: Any) -> int:
     try:
         return min(int(node.info("replication").get("connected_slaves", 0))
                    for _name, node in node_clients(client, primaries_only=True))
+    except redis.exceptions.NoPermissionError:
+        raise  # the user's ACL lacks +info: refused, naming it (redis_errors)
     except redis.exceptions.ResponseError:
         log.warning("Redis refused INFO replication: claims wait for the replicas recorded "
                     "for the app id, or RedisConfig(wait_replicas)")
@@ -998,6 +1016,8 @@ def _check_node_settings(client: Any, url: str) -> str:
     try:
         settings = {**client.config_get("appendonly"), **client.config_get("appendfsync"),
                     **client.config_get("maxmemory"), **client.config_get("maxmemory-policy")}
+    except redis.exceptions.NoPermissionError:
+        raise  # the user's ACL lacks +config|get: refused, naming it (redis_errors)
     except redis.exceptions.ResponseError as exc:
         raise UnsafeSettingError(
             f"Redis at {url} refused CONFIG GET ({exc}), so persistence and eviction cannot be "

@@ -233,6 +233,13 @@ class RedisConfig:
                     **dict(self.options),
                 )
             except RedisClusterException as exc:
+                # redis-py reads a refused CLUSTER SLOTS as "Cluster mode is not enabled":
+                # ask one node as a plain client whether the user's ACL refuses it
+                refused = self._slot_map_refusal(
+                    urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[parts.scheme],
+                                              netloc=netloc))) if parts.username else None
+                if refused is not None:
+                    raise refused from exc
                 # The cluster client connects at once (to read the slot map) and its
                 # error is no RedisError: every caller's "unavailable" handling would
                 # miss it. A ConnectionError is what a plain client raises on first use.
@@ -245,6 +252,25 @@ class RedisConfig:
             socket_connect_timeout=self.connect_timeout,
             **dict(self.options),
         )
+
+    def _slot_map_refusal(self, node_url: str) -> Exception | None:
+        """The ACL error of ``CLUSTER SLOTS`` sent to the node at ``node_url`` as a plain
+        client, or None (it answers, or cannot say): the cluster client's own error for
+        it names neither the command nor the user."""
+        import redis
+
+        probe = redis.Redis.from_url(node_url, socket_timeout=self.socket_timeout,
+                                     socket_connect_timeout=self.connect_timeout,
+                                     **dict(self.options))
+        try:
+            probe.execute_command("CLUSTER", "SLOTS")
+        except redis.exceptions.NoPermissionError as exc:
+            return exc
+        except (redis.exceptions.RedisError, OSError, ValueError, TypeError):
+            return None
+        finally:
+            probe.close()
+        return None
 
 
 @dataclass(frozen=True)

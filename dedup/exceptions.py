@@ -67,6 +67,11 @@ class CatalogStateError(DedupError, RuntimeError):
     """Redis answered with state the catalog cannot interpret (corruption or misuse)."""
 
 
+class RedisPermissionError(CatalogStateError):
+    """The Redis user may not run a command or touch a key the toolkit needs (its ACL):
+    the message names the command or key, and what to grant. A retry cannot help."""
+
+
 class ServiceError(DedupError, RuntimeError):
     """A local service (redis-server, Kafka broker) could not be started or stopped."""
 

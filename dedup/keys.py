@@ -103,3 +103,76 @@ def query_outputs_key(query_id: str) -> str:
     """Hash of the outputs that write streaming query ``query_id``, each with the last
     batch it began and that batch's run; its own slot, found by the query id alone."""
     return f"{KEY_PREFIX}:query:{{{query_id}}}:outputs"
+
+
+# Redis ACL (docs/operations.md, "Redis ACL"): the key patterns and commands one app
+# id's Redis user needs. An app id has no ':', '/', '}' and no glob character
+# (dedup.config.APP_ID_PATTERN), so each pattern below ends where the app id ends:
+# ``dedup:{orders}*`` and ``dedup:{orders:*`` never match app id ``orders2``.
+
+SHARED_KEY_PATTERNS = (f"{KEY_PREFIX}:query:*",)
+"""Key patterns every app id shares: each streaming query's records of its app ids and
+outputs (:func:`query_apps_key`, :func:`query_outputs_key`), kept where the query id alone
+finds them. A user granted them may also write other app ids' records of their queries."""
+
+ACL_COMMANDS = (
+    # the start-up checks: reachability, replicas (INFO replication), persistence
+    "ping", "info", "config|get",
+    # the Lua scripts (redis-py loads a script on NOSCRIPT; a pipeline checks first)
+    "evalsha", "script|load", "script|exists",
+    # a claim and a query's record wait for the replicas (when Redis has some)
+    "wait",
+    # the Python side's own reads and writes
+    "get", "set", "del", "hget", "hset", "hsetnx", "hdel", "hexists", "hgetall", "hkeys",
+    "hlen", "hmget", "zadd", "zrem", "zrangebyscore",
+    # what only the scripts run: Redis checks a script's calls against the user too
+    "append", "exists", "expireat", "hstrlen", "time",
+)
+"""Every command ``dedup run`` (both forms) and the sink send, as ACL rules without the
+``+``, a script's inner ``redis.call`` commands included."""
+
+
+ACL_CLUSTER_COMMANDS = ("cluster|slots", "command")
+"""What a Redis Cluster client sends beyond :data:`ACL_COMMANDS`: redis-py reads the slot
+map (``CLUSTER SLOTS``) and the commands' key positions (``COMMAND``) when it connects."""
+
+
+ACL_MIGRATE_COMMANDS = ("scan", "sscan", "expiretime")
+"""What ``dedup migrate-catalog`` sends beyond :data:`ACL_COMMANDS`: it lists a format-1
+catalog's ID sets (``SCAN``, which lists key names of every app id whatever the user's
+key patterns), reads each and carries its expiry over."""
+
+
+def acl_key_patterns(app_id: str) -> tuple[str, ...]:
+    """The key patterns (ACL ``~`` rules without the ``~``) that cover every key of
+    ``app_id``: its catalog's (``{<app>}``, ``{<app>:s<shard>}``), its sink outputs'
+    (``{<app>:p<n>}``, ``{<app>/<output>}``, ``{<app>/<output>:p<n>}``) and the
+    shared records of its queries (:data:`SHARED_KEY_PATTERNS`)."""
+    stem = f"{KEY_PREFIX}:{{{app_id}"
+    return (f"{stem}}}*", f"{stem}:*", f"{stem}/*", *SHARED_KEY_PATTERNS)
+
+
+def acl_setuser_line(app_id: str, user: str = "", password: str = "<password>",
+                     cluster: bool = False) -> str:
+    """The ``ACL SETUSER`` line of a Redis user that may run ``app_id``'s pipeline:
+    its keys and :data:`ACL_COMMANDS` (and, for a Redis Cluster,
+    :data:`ACL_CLUSTER_COMMANDS`), nothing else (user ``dedup-<app id>`` unless
+    ``user``)."""
+    keys = " ".join(f"~{pattern}" for pattern in acl_key_patterns(app_id))
+    commands = " ".join(f"+{command}" for command in
+                        (*ACL_COMMANDS, *(ACL_CLUSTER_COMMANDS if cluster else ())))
+    return (f"ACL SETUSER {user or 'dedup-' + app_id} on >{password} resetkeys {keys} "
+            f"resetchannels -@all {commands}")
+
+
+def acl_key_pattern(key: str) -> str:
+    """The pattern of :func:`acl_key_patterns` that grants ``key`` (the key itself for a
+    key of no app id)."""
+    import fnmatch
+    import re
+
+    stem = f"{KEY_PREFIX}:{{"
+    app_id = re.split(r"[:/}]", key[len(stem):])[0] if key.startswith(stem) else ""
+    # fnmatchcase reads '*' as Redis does; the patterns hold no other glob character
+    return next((pattern for pattern in acl_key_patterns(app_id)
+                 if fnmatch.fnmatchcase(key, pattern)), key)

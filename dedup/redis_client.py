@@ -11,13 +11,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import pkgutil
+import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from dedup.config import RedisConfig, redact_url
-from dedup.exceptions import CatalogStateError, CatalogUnavailableError, DedupError
+from dedup.exceptions import (
+    CatalogStateError,
+    CatalogUnavailableError,
+    DedupError,
+    RedisPermissionError,
+)
 from dedup.redis_nodes import client_for_key, refresh_topology
 
 SCRIPTS = ("claim", "snapshot", "gc", "lease", "fence", "contains", "import", "join",
@@ -74,26 +80,97 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
 
 @contextmanager
 def redis_errors(redis_config: RedisConfig, what: str,
-                 raise_as: Callable[[str, BaseException], Exception] | None = None
-                 ) -> Iterator[None]:
+                 raise_as: Callable[[str, BaseException], Exception] | None = None,
+                 keys: Sequence[str] = (), script: str = "") -> Iterator[None]:
     """Turn redis-py errors into this toolkit's, naming the (redacted) URL.
 
     ``raise_as``: what every redis-py error raised while trying to ``what`` becomes,
     made from ``what`` and the error (the sink's checkpoint store raises its own
     :class:`~sinks.exceptions.CheckpointUnavailableError`); without it, the catalog's:
     :class:`CatalogUnavailableError` for an unreachable Redis or one failing over,
-    :class:`CatalogStateError` for a refusal, other errors unchanged."""
+    :class:`CatalogStateError` for a refusal, other errors unchanged. Either way a
+    refusal of the Redis user's ACL is :class:`RedisPermissionError`, naming the
+    command, or the keys the call touches (``keys``) and the key patterns to grant, or
+    the commands of Lua script ``script`` (:func:`permission_refusal`)."""
     import redis
     from redis.exceptions import RedisClusterException
 
     try:
         yield
     except (redis.exceptions.RedisError, RedisClusterException) as exc:
+        refusal = permission_refusal(redis_config, what, exc, keys, script)
+        if refusal is not None:
+            raise RedisPermissionError(refusal) from exc
         error = (raise_as(what, exc) if raise_as is not None
                  else _catalog_error(redis_config, what, exc))
         if error is None:
             raise
         raise error from exc
+
+
+ACL_DOCS = "docs/operations.md, Redis ACL"
+_COMMAND_REFUSED = re.compile(r"no permissions to run the '([^']+)' command")
+_KEY_REFUSED = "no permissions to access one of the keys"
+# Redis's words for a script's own call refused (7.0; it names neither command nor key)
+_SCRIPT_COMMAND_REFUSED = "can't run this command or subcommand"
+_SCRIPT_KEY_REFUSED = "can't access at least one of the keys"
+
+
+def script_commands(script: str) -> list[str]:
+    """The commands Lua script ``dedup/lua/<script>.lua`` runs (``redis.call``), in the
+    form of an ACL rule (``hset``), sorted: Redis checks each against the user's ACL."""
+    return sorted({name.lower() for name in re.findall(
+        r"redis\.p?call\(\s*'(\w+)'", lua_source(f"{script}.lua"))})
+
+
+def permission_refusal(redis_config: RedisConfig, what: str, exc: BaseException,
+                       keys: Sequence[str] = (), script: str = "") -> str | None:
+    """The one-line refusal of an ACL error ``exc`` raised while trying to ``what``, or None
+    when ``exc`` is no ACL error.
+
+    It names the Redis user (never the password), then the command and the ``+command``
+    to add; or the keys the call touches (``keys``: Redis does not say which one it
+    refused) and the ``~pattern`` of each to grant
+    (:func:`dedup.keys.acl_key_pattern`); or, refused inside Lua script ``script``, the
+    commands of that script (Redis names neither the command nor the key there)."""
+    from urllib.parse import urlsplit
+
+    from dedup.keys import acl_key_pattern
+
+    text = " ".join(str(exc).split())
+    if not any(sign in text for sign in ("no permissions", _SCRIPT_COMMAND_REFUSED,
+                                         _SCRIPT_KEY_REFUSED)):
+        return None
+    try:
+        user = urlsplit(redis_config.url).username or "default"
+    except ValueError:
+        user = "default"
+    who = f"Redis user {user!r} at {redact_url(redis_config.url)}"
+    command = _COMMAND_REFUSED.search(text)
+    if command is not None:
+        name = command.group(1).lower()
+        # CONFIG GET shows the whole configuration (requirepass too): say how to do without
+        unless = (", or, if AOF is on and maxmemory-policy is noeviction, set "
+                  "RedisConfig(require_persistence=False) (the sink: option "
+                  "redis.require.persistence=false)" if name == "config|get" else "")
+        return (f"{who} may not run the {name!r} command ({what}): add +{name} to its ACL "
+                f"(ACL SETUSER {user} +{name}; the whole line: {ACL_DOCS}){unless}")
+    if _SCRIPT_COMMAND_REFUSED in text:
+        needed = " ".join(f"+{name}" for name in script_commands(script)) if script else ""
+        grant = (f"add the commands of Lua script {script}.lua to its ACL ({needed})"
+                 if needed else "add the commands the toolkit runs to its ACL")
+        return (f"{who} may not run a command of a Lua script ({what}): {grant} "
+                f"(the whole line: {ACL_DOCS})")
+    if keys:
+        # the keys of one call have one hash tag, so one pattern, except a sink's write
+        # that touches an output's index and a partition's key: name each pattern
+        patterns = " ".join(dict.fromkeys(f"~{acl_key_pattern(key)}" for key in keys))
+        named = " or ".join(repr(key) for key in dict.fromkeys(keys))
+        return (f"{who} may not access key {named} ({what}): grant it the key "
+                f"pattern{'s' if ' ' in patterns else ''} {patterns} (ACL SETUSER {user} "
+                f"{patterns}; the whole line of its app id: {ACL_DOCS})")
+    return (f"{who} may not access a key ({what}): grant it the key patterns of its app id "
+            f"({ACL_DOCS})")
 
 
 def _catalog_error(redis_config: RedisConfig, what: str, exc: BaseException

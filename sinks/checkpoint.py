@@ -155,7 +155,7 @@ class CheckpointStore:
         def run() -> list[Any]:
             return list(connect(self.redis_config)[1][name](keys=keys, args=args))
 
-        return list(self._call(what, run))
+        return list(self._call(what, run, keys, name))
 
     def _lease(self, query_id: str, lease_seconds: float, mode: str) -> list[Any]:
         # The script counts milliseconds of Redis's clock (PEXPIRE); a lease under
@@ -249,15 +249,20 @@ class CheckpointStore:
             f"while trying to {what} ({detail}); the task fails and Spark retries it. Check "
             "that Redis runs and option redis.url (password, TLS)")
 
-    def _call(self, what: str, fn: Any) -> Any:
+    def _call(self, what: str, fn: Any, keys: list[str] | None = None,
+              script: str = "") -> Any:
         """``fn()`` (a Redis call that is safe to repeat), repeated with backoff while a
         Redis Cluster fails over, for up to ``failover_wait`` seconds, as a claim is
         (:func:`dedup.failover.ride_out_failover`): Spark's task attempts come one
         right after the other and would all fail inside the failover. Other errors,
         and the last one once the wait is used up, raise
-        :class:`CheckpointUnavailableError` (the task fails)."""
+        :class:`CheckpointUnavailableError` (the task fails); a refusal of the Redis
+        user's ACL raises :class:`~dedup.exceptions.RedisPermissionError` (fatal),
+        naming the keys the call touches (``keys``) or the command (of Lua script
+        ``script``) to grant."""
         def once() -> Any:
-            with redis_errors(self.redis_config, what, self.unreachable):
+            with redis_errors(self.redis_config, what, self.unreachable, keys=keys or (),
+                              script=script):
                 return fn()
 
         # the sink raises no ReplicaAckError: only a cluster's failover errors are waited out
@@ -272,13 +277,14 @@ class CheckpointStore:
         value = f"{query_id}:{batch}:{int(time.time() * 1000)}"
         self._call(f"record the commit intent of batch {batch} partition {partition}",
                    lambda: self.client.hset(self.marker_key(partition), mapping={
-                       "intent": value, f"i:{query_id}": value}))
+                       "intent": value, f"i:{query_id}": value}), [self.marker_key(partition)])
 
     def record_committed(self, query_id: str, batch: int, partition: int) -> None:
         """Note that ``batch`` is committed to Kafka. Safe to repeat."""
         self._call(f"record the commit of batch {batch} partition {partition}",
                    lambda: self.client.hset(self.marker_key(partition), mapping={
-                       "committed": f"{query_id}:{batch}", f"q:{query_id}": batch}))
+                       "committed": f"{query_id}:{batch}", f"q:{query_id}": batch}),
+                   [self.marker_key(partition)])
 
     def read_marker_copy(self, partition: int, query_id: str = ""
                          ) -> tuple[tuple[str, int] | None, tuple[str, int, int] | None]:
@@ -289,7 +295,8 @@ class CheckpointStore:
         """
         raw = self._call(f"read the marker copy of partition {partition}",
                          lambda: self.client.hmget(self.marker_key(partition), "committed",
-                                                   "intent", f"q:{query_id}", f"i:{query_id}"))
+                                                   "intent", f"q:{query_id}", f"i:{query_id}"),
+                         [self.marker_key(partition)])
         committed = intent = None
         if raw[2] is not None and query_id:
             committed = (query_id, int(raw[2]))
@@ -306,12 +313,13 @@ class CheckpointStore:
     def set_marker_retention(self, minutes: int) -> None:
         """Remember the broker's ``offsets.retention.minutes`` (driver, at start)."""
         self._call("record the marker retention",
-                   lambda: self.client.hset(self.meta_key, "retention_ms", minutes * 60_000))
+                   lambda: self.client.hset(self.meta_key, "retention_ms", minutes * 60_000),
+                   [self.meta_key])
 
     def marker_retention_ms(self) -> int:
         """The recorded retention; Kafka's default (7 days) when never recorded."""
         raw = self._call("read the marker retention",
-                         lambda: self.client.hget(self.meta_key, "retention_ms"))
+                         lambda: self.client.hget(self.meta_key, "retention_ms"), [self.meta_key])
         return int(raw) if raw is not None else 7 * 24 * 3600 * 1000
 
     def check_persistence(self) -> None:
@@ -327,6 +335,8 @@ class CheckpointStore:
                 # every node of a cluster: a failover makes a replica the primary
                 found = {name: node.config_get("appendonly").get("appendonly")
                          for name, node in node_clients(self.client)}
+            except redis.exceptions.NoPermissionError:
+                raise  # the user's ACL lacks +config|get: refused, naming it (redis_errors)
             except redis.ResponseError as exc:
                 # CONFIG disabled or not permitted (managed Redis): persistence cannot
                 # be verified, so fail closed as the dedup core does; the operator
@@ -363,7 +373,8 @@ class CheckpointStore:
             return False, self.client.get(key)
 
         won, stored = self._call(
-            f"write the sink checkpoint of batch {batch} partition {partition}", write)
+            f"write the sink checkpoint of batch {batch} partition {partition}", write,
+            [self.index_key, key])
         if won:
             return data, True
         if stored is None:
@@ -377,7 +388,8 @@ class CheckpointStore:
         """Delete one checkpoint that this call's caller created. Safe to repeat."""
         self._call(f"delete the checkpoint of batch {batch} partition {partition}",
                    lambda: (self.client.delete(self.key(query_id, batch, partition)),
-                            self.client.zrem(self.index_key, f"{query_id}:{batch}:{partition}")))
+                            self.client.zrem(self.index_key, f"{query_id}:{batch}:{partition}")),
+                   [self.key(query_id, batch, partition), self.index_key])
 
     def collect_garbage(self, query_id: str, before_batch: int) -> int:
         """Delete this query's checkpoints of batches ``< before_batch``; return how many.
@@ -396,7 +408,8 @@ class CheckpointStore:
                 self.client.zrem(self.index_key, member)
             return removed
 
-        return int(self._call("collect the checkpoints of committed batches", collect))
+        return int(self._call("collect the checkpoints of committed batches", collect,
+                              [self.index_key, self.key(query_id, 0, 0)]))
 
     def drop_query(self, query_id: str) -> int:
         """Delete every checkpoint of ``query_id`` (after the query is gone for good)."""

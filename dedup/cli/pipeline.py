@@ -367,13 +367,17 @@ def check_sink_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> 
         return
     from dedup.exceptions import SettingChangedError
     from dedup.keys import query_outputs_key
-    from dedup.redis_client import connect
+    from dedup.redis_client import client_and_scripts, redis_errors
 
     batch, _, ids = unfinished
-    client = connect(dedup_config(pipeline, redis_url).redis)[0]
+    redis_config = dedup_config(pipeline, redis_url).redis
+    client = client_and_scripts(redis_config)[0]
     for query in ids:
+        key = query_outputs_key(query)
+        with redis_errors(redis_config, "reading the outputs of a streaming query", keys=[key]):
+            outputs = client.hgetall(key)
         # output -> "<batch it began>:<run id>:<topic>:<cluster id>" (sink_join.lua)
-        for output, value in client.hgetall(query_outputs_key(query)).items():
+        for output, value in outputs.items():
             began, _, rest = (value.decode() if isinstance(value, bytes) else str(value)
                               ).partition(":")
             if not began.isdigit() or int(began) < batch:
