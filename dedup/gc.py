@@ -288,6 +288,8 @@ def _close_before_stop(spark: Any) -> None:
     released with the listener's event stream open logs server errors, and its
     client then fails to remove the listener (a warning at exit)."""
     original = spark.stop
+    if getattr(original, "_closes_dedup_listener", False):
+        return  # wrapped when an earlier listener of this session was added
     session = weakref.ref(spark)
 
     def stop() -> None:
@@ -297,6 +299,7 @@ def _close_before_stop(spark: Any) -> None:
         original()
 
     stop.__doc__ = original.__doc__
+    stop._closes_dedup_listener = True  # type: ignore[attr-defined]
     # a session type that fixes its attributes keeps its stop (the exit hook remains)
     with contextlib.suppress(AttributeError, TypeError):
         spark.stop = stop

@@ -197,6 +197,8 @@ def test_stopping_the_session_removes_the_listener_first_and_a_new_use_adds_one(
     assert spark.log == ["add", "remove", "stop"]
     spark.is_stopped = False
     assert session_listener(spark) is not first and spark.log[-1] == "add"
+    spark.stop()  # wrapped once, not once per listener the session had
+    assert spark.log[-3:] == ["add", "remove", "stop"] and spark.log.count("stop") == 2
 
 
 def test_closing_waits_for_a_query_held_after_its_start() -> None:
