@@ -78,9 +78,23 @@ def forms_passed(results: dict[str, str]) -> dict[str, bool]:
             for form, tests in FORMS.items()}
 
 
-def _commit() -> str:
+def commit() -> str:
+    """The checkout's short commit hash ('' outside git)."""
     return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, check=False).stdout.strip()
+
+
+def run_tests(tests: str, timeout: float) -> tuple[dict[str, str], dict[str, str], int]:
+    """Run pytest on ``tests`` in a process of its own: ``(outcomes, failures, exit code)``
+    read from its junit XML (see :func:`outcomes`, :func:`failures`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        xml_path = Path(tmp) / "tests.xml"
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", tests, "-q", "-p", "no:cacheprovider",
+             f"--junitxml={xml_path}"],
+            cwd=ROOT, capture_output=True, text=True, check=False, timeout=timeout)
+        junit = xml_path.read_text() if xml_path.exists() else ""
+    return (outcomes(junit) if junit else {}), (failures(junit) if junit else {}), run.returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,26 +103,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds before the pytest process is stopped")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        xml_path = Path(tmp) / "connect.xml"
-        tests = subprocess.run(
-            [sys.executable, "-m", "pytest", TESTS, "-q", "-p", "no:cacheprovider",
-             f"--junitxml={xml_path}"],
-            cwd=ROOT, capture_output=True, text=True, check=False, timeout=args.timeout)
-        junit = xml_path.read_text() if xml_path.exists() else ""
-        results = outcomes(junit) if junit else {}
-        why = failures(junit) if junit else {}
+    results, why, exit_code = run_tests(TESTS, args.timeout)
     forms = forms_passed(results)
     passed = sum(forms.values())
     write_json("connect.json", {
-        "metadata": {**run_metadata(), "commit": _commit()},
+        "metadata": {**run_metadata(), "commit": commit()},
         "tests": results, "failures": why, "forms": forms, "connect_forms_passed": passed,
-        "pytest_exit": tests.returncode,
+        "pytest_exit": exit_code,
         "minutes": round((time.monotonic() - started) / 60, 1),
     })
     merge_summary({"connect_forms_passed": passed})
     print(json.dumps({"connect_forms_passed": passed, "forms": forms,
-                      "pytest_exit": tests.returncode}))
+                      "pytest_exit": exit_code}))
     return 0 if passed == len(FORMS) else 1
 
 

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from benchmarks.common import merge_summary, run_metadata, write_json
-from benchmarks.connect_forms import failures, outcomes
+from benchmarks.connect_forms import commit, run_tests
 
-ROOT = Path(__file__).resolve().parents[1]
 TESTS = "tests/integration/connect/test_user_scripts.py"
 CASES = 12  # three forms x two Spark modes x spark.stop() or not
 
@@ -35,36 +31,23 @@ def cases_passed(results: dict[str, str]) -> int:
                and outcome == "passed")
 
 
-def _commit() -> str:
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False).stdout.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="seconds before the pytest process is stopped")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        xml_path = Path(tmp) / "scripts.xml"
-        tests = subprocess.run(
-            [sys.executable, "-m", "pytest", TESTS, "-q", "-p", "no:cacheprovider",
-             f"--junitxml={xml_path}"],
-            cwd=ROOT, capture_output=True, text=True, check=False, timeout=args.timeout)
-        junit = xml_path.read_text() if xml_path.exists() else ""
-        results = outcomes(junit) if junit else {}
-        why = failures(junit) if junit else {}
+    results, why, exit_code = run_tests(TESTS, args.timeout)
     passed = cases_passed(results)
     write_json("user_scripts.json", {
-        "metadata": {**run_metadata(), "commit": _commit()},
+        "metadata": {**run_metadata(), "commit": commit()},
         "tests": results, "failures": why, "script_exit_cases_passed": passed,
-        "cases": CASES, "pytest_exit": tests.returncode,
+        "cases": CASES, "pytest_exit": exit_code,
         "minutes": round((time.monotonic() - started) / 60, 1),
     })
     merge_summary({"script_exit_cases_passed": passed})
     print(json.dumps({"script_exit_cases_passed": passed, "cases": CASES,
-                      "pytest_exit": tests.returncode}))
+                      "pytest_exit": exit_code}))
     return 0 if passed == CASES else 1
 
 

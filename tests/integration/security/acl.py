@@ -62,3 +62,18 @@ def every_call(url: str, app_id: str, query: str) -> None:
     store.release_lease(query)
     catalog.release(query)
     catalog.forget_query(query)
+
+
+def assert_refused_naming(url: str, app_id: str, query: str, missing: str) -> None:
+    """A pipeline's calls as the user at ``url`` (whose line lacks ``missing``) are
+    refused in one line that names ``missing`` and the docs, never the password."""
+    import pytest
+
+    from dedup import DedupError
+
+    with pytest.raises(DedupError) as caught:
+        every_call(url, app_id, query)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    assert missing in message and "docs/operations.md, Redis ACL" in message, message
+    assert url.split(":")[2].split("@")[0] not in message  # never the password
