@@ -64,26 +64,40 @@ def test_persistence_off_is_refused_and_turning_it_on_as_told_is_accepted(
         assert worker.claim(q, 1, 0, ["b", "c"], q, now=NOW).keep.tolist() == [False, True]
 
 
+@pytest.mark.parametrize("how", ["renamed", "acl"])
 def test_config_get_refused_is_refused_and_opting_out_as_told_on_a_safe_redis_is_exact(
-        tmp_path: Path) -> None:
-    """A Redis whose ACL forbids ``CONFIG`` (as managed Redis does): "refused CONFIG GET
-    ... if AOF is on and maxmemory-policy is noeviction, set
-    RedisConfig(require_persistence=False)". On a Redis where both hold, doing that lets
-    the start check pass and the claims decide exactly."""
+        tmp_path: Path, how: str) -> None:
+    """A Redis that refuses ``CONFIG`` (managed Redis renames it away, or a user's ACL
+    lacks it): "refused CONFIG GET ... if AOF is on and maxmemory-policy is noeviction,
+    set RedisConfig(require_persistence=False)" (an ACL's refusal names +config|get too,
+    RedisPermissionError). On a Redis where both hold, doing that lets the start check
+    pass and the claims decide exactly."""
+    from dedup.exceptions import RedisPermissionError
     from dedup.local.services import RedisServer
 
-    with RedisServer(tmp_path / "redis-no-config", appendonly=True) as server:
+    config_command = "config" if how == "acl" else "admin-only-config"
+    extra = () if how == "acl" else ("--rename-command", "CONFIG", config_command)
+    with RedisServer(tmp_path / "redis-no-config", appendonly=True, extra_args=extra) as server:
         admin = redis.Redis.from_url(server.url)
         # what the operator confirms before opting out: AOF on, nothing evicted
-        assert admin.config_get("appendonly") == {"appendonly": "yes"}
-        assert admin.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
-        admin.execute_command("ACL", "SETUSER", "app", "on", ">app-secret", "~*", "&*",
-                              "+@all", "-config")
-        url = server.url.replace("redis://", "redis://app:app-secret@", 1)
-        with pytest.raises(redis.exceptions.NoPermissionError):
+        def setting(name: str) -> str:
+            reply = admin.execute_command(config_command, "GET", name)
+            value = next(iter(reply.values())) if isinstance(reply, dict) else reply[1]
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        assert setting("appendonly") == "yes"
+        assert setting("maxmemory-policy") == "noeviction"
+        url = server.url
+        if how == "acl":
+            admin.execute_command("ACL", "SETUSER", "app", "on", ">app-secret", "~*", "&*",
+                                  "+@all", "-config")
+            url = server.url.replace("redis://", "redis://app:app-secret@", 1)
+        with pytest.raises(redis.exceptions.ResponseError):
             redis.Redis.from_url(url).config_get("appendonly")  # the Redis refuses CONFIG
         cfg = make_config(url, num_shards=1)
-        with pytest.raises(UnsafeSettingError, match="refused CONFIG GET") as refusal:
+        expected = (RedisPermissionError, r"\+config\|get") if how == "acl" else (
+            UnsafeSettingError, "refused CONFIG GET")
+        with pytest.raises(expected[0], match=expected[1]) as refusal:
             RedisCatalog(cfg).check_setup()
         assert "set RedisConfig(require_persistence=False)" in str(refusal.value)
         # the advice, literally: the same app id, require_persistence=False
