@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from dedup.cli.config_file import parse_pipeline
@@ -64,11 +64,21 @@ def _recreate(bootstrap: str, topic: str) -> None:
     while True:  # the deletion completes in the background
         try:
             admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result()
-            return
+            break
         except Exception:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+    # The creation returns before the broker's metadata holds the topic (about a second
+    # later on the 2-core machine): until then a describe says it does not exist.
+    while True:
+        try:
+            admin.describe_topics(TopicCollection([topic]))[topic].result()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _recreated_with_other_records(bootstrap: str, topic: str) -> dict[str, bytes]:
