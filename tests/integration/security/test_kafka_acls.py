@@ -2,7 +2,9 @@
 as a principal that is no super user and holds exactly the ACLs of
 :func:`sinks.acls.required_acls` (docs/operations.md, "Kafka ACLs").
 
-With all of them the ``read_committed`` output is exact.
+With all of them the ``read_committed`` output is exact. Without any one that
+every run needs, the write fails at once, in one line that names the missing
+permission and its resource, and leaves nothing a ``read_committed`` reader sees.
 The partition write path is driven directly (:func:`sinks.admin.prepare` on the
 driver, :func:`sinks.transactions.write_partition` per partition, as each Spark
 task of the sink runs it): no Spark query, to keep it fast.
@@ -10,6 +12,7 @@ task of the sink runs it): no Spark query, to keep it fast.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 PRINCIPAL = f"User:{PIPELINE_USER}"
 PARTITIONS = 2
+FAIL_WITHIN_S = 60.0
 
 
 def _admin(broker: KafkaBroker) -> Any:
@@ -135,3 +139,48 @@ def test_the_sink_is_exact_with_exactly_the_documented_acls(
     assert (report.lost, report.duplicated, report.phantoms,
             report.mismatched, report.open_transactions) == (0, 0, 0, 0, 0), \
         report.summary()
+
+
+NEEDED_BY_EVERY_RUN = [acl for acl in _acls("app") if acl.part.startswith("sink")
+                       and acl.when in {"always", "until the marker topic exists"}]
+
+
+@pytest.mark.parametrize("missing", NEEDED_BY_EVERY_RUN,
+                         ids=[f"{a.resource_type}-{a.operation}" for a in NEEDED_BY_EVERY_RUN])
+def test_without_one_acl_the_write_fails_at_once_naming_it(
+        locked_kafka: KafkaBroker, acls_cleared: None, app_id: str,
+        missing: KafkaAcl) -> None:
+    topic = _output_topic(locked_kafka, app_id)
+    [wanted] = [acl for acl in _acls(app_id) if (acl.resource_type, acl.pattern,
+                                                 acl.operation, acl.part) ==
+                (missing.resource_type, missing.pattern, missing.operation, missing.part)]
+    _set_acls(locked_kafka, [acl for acl in _acls(app_id) if acl != wanted])
+    started = time.monotonic()
+    with pytest.raises(Exception) as failure:
+        _run(_config(locked_kafka, app_id), batches=1)
+    took = time.monotonic() - started
+    message = str(failure.value)
+    assert took < FAIL_WITHIN_S, f"failed only after {took:.0f} s: {message}"
+    assert "\n" not in message, message
+    assert "Kafka denied" in message and wanted.resource in message, message
+    assert wanted.operation in message and "docs/operations.md" in message, message
+    report = _report(locked_kafka, topic, {})
+    assert (report.observed, report.open_transactions) == (0, 0), \
+        report.summary()
+
+
+def test_without_describe_configs_of_the_output_the_sink_warns_and_is_exact(
+        locked_kafka: KafkaBroker, acls_cleared: None, app_id: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    topic = _output_topic(locked_kafka, app_id)
+    _set_acls(locked_kafka, [acl for acl in _acls(app_id) if not (
+        acl.name == topic and acl.operation == "DESCRIBE_CONFIGS")])
+    with caplog.at_level(logging.WARNING):
+        from sinks.transactions import topic_limits
+
+        _run(_config(locked_kafka, app_id), batches=1)
+        topic_limits(_config(locked_kafka, app_id))(topic, True)
+    assert any("DESCRIBE_CONFIGS" in r.getMessage() and topic in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    report = _report(locked_kafka, topic, _expected(1))
+    assert report.ok, report.summary()
