@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sinks.config import DEFAULT_MARKER_TOPIC, sink_identity
+from sinks.config import DEFAULT_MARKER_TOPIC, SinkConfig, sink_identity
+from sinks.exceptions import KafkaDeniedError
 
 CLUSTER = "kafka-cluster"
 """The one name of the CLUSTER resource."""
@@ -147,3 +148,70 @@ def required_acls(app_id: str, output_topic: str, marker_topic: str = DEFAULT_MA
         acls.append(KafkaAcl("GROUP", source_group_prefix or "spark-kafka-source-",
                              "PREFIXED", "READ", "source"))
     return acls
+
+
+AUTHORIZATION_ERRORS = frozenset({"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
+                                  "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+                                  "CLUSTER_AUTHORIZATION_FAILED"})
+"""The names of Kafka's authorization errors, as librdkafka reports them."""
+
+
+def authorization_error(error: Any) -> str | None:
+    """The name of the authorization error ``error`` (a ``KafkaError``, a
+    ``KafkaException`` or an exception caused by one) is, else None. Pure."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    seen = 0
+    while isinstance(error, BaseException) and not isinstance(error, KafkaException) \
+            and seen < 5:  # a wrapper (KafkaUnavailableError) of the client's exception
+        error, seen = error.__cause__, seen + 1
+    if isinstance(error, KafkaException) and error.args:
+        error = error.args[0]
+    if isinstance(error, KafkaError) and error.name() in AUTHORIZATION_ERRORS:
+        return str(error.name())
+    return None
+
+
+def denied(what: str, error_name: str, needed: Sequence[KafkaAcl]) -> KafkaDeniedError:
+    """The one-line error of a refused call: what was refused and the ACLs to grant. Pure."""
+    grants = " and ".join(f"{acl.operation} on {acl.resource} ({acl.pattern})"
+                          for acl in needed) or "the ACLs listed there"
+    return KafkaDeniedError(
+        f"Kafka denied {what} ({error_name}): grant the pipeline's principal {grants} "
+        "(docs/operations.md, Kafka ACLs)")
+
+
+def sink_acls(config: SinkConfig) -> list[KafkaAcl]:
+    """:func:`required_acls` of the sink ``config`` (its own ACLs only). Pure."""
+    return [acl for acl in required_acls(config.app_id, config.topic or "<topic column>",
+                                         config.marker_topic, config.output_name,
+                                         config.dead_letter_topic)
+            if acl.part.startswith("sink")]
+
+
+def sink_needs(config: SinkConfig, error_name: str, stage: str,
+               topics: Sequence[str] = ()) -> list[KafkaAcl]:
+    """The sink's ACLs an authorization error ``error_name`` met at ``stage`` points at.
+
+    ``stage``: ``marker`` (the marker read, or its commit inside the transaction),
+    ``produce`` (the records to ``topics``), ``read`` (a read of ``topics``),
+    ``start`` (the driver's checks, the marker topic's creation). Pure.
+    """
+    acls = sink_acls(config)
+
+    def find(resource_type: str, operation: str, name: str | None = None) -> list[KafkaAcl]:
+        return [acl for acl in acls if acl.resource_type == resource_type
+                and acl.operation == operation and (name is None or acl.name == name)]
+
+    if error_name == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+        return find("TRANSACTIONAL_ID", "WRITE")
+    if error_name == "GROUP_AUTHORIZATION_FAILED":
+        return find("GROUP", "READ")
+    if error_name == "CLUSTER_AUTHORIZATION_FAILED":
+        return find("CLUSTER", "DESCRIBE_CONFIGS") if stage == "start" else []
+    if stage == "start":
+        return find("TOPIC", "CREATE", config.marker_topic)
+    if stage in {"produce", "read"}:
+        operation = "WRITE" if stage == "produce" else "READ"
+        return [KafkaAcl("TOPIC", topic, "LITERAL", operation, "sink") for topic in topics]
+    return find("TOPIC", "READ", config.marker_topic)
