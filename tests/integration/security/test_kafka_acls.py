@@ -184,3 +184,58 @@ def test_without_describe_configs_of_the_output_the_sink_warns_and_is_exact(
                for r in caplog.records), [r.getMessage() for r in caplog.records]
     report = _report(locked_kafka, topic, _expected(1))
     assert report.ok, report.summary()
+
+
+def test_an_acl_revoked_mid_run_shows_nothing_of_the_refused_batch_and_granting_it_resumes(
+        locked_kafka: KafkaBroker, acls_cleared: None, app_id: str) -> None:
+    """Batch 0 committed, then the output's WRITE revoked: batch 1 is refused in one
+    line and leaves the output at batch 0 exactly; the ACL granted again (what the
+    message says), the retry of batch 1 makes the output exact."""
+    from sinks import KafkaDeniedError
+    from sinks.transactions import write_partition
+
+    topic = _output_topic(locked_kafka, app_id)
+    everything = _acls(app_id)
+    _set_acls(locked_kafka, everything)
+    config = _config(locked_kafka, app_id)
+    _run(config, batches=1)
+    _set_acls(locked_kafka, [acl for acl in everything
+                             if not (acl.name == topic and acl.operation == "WRITE")])
+    started = time.monotonic()
+    with pytest.raises(KafkaDeniedError, match=f"WRITE on topic '{topic}'"):
+        write_partition(config, _records(topic, 1, 0), "query-1", 1, 0)
+    assert time.monotonic() - started < FAIL_WITHIN_S
+    report = _report(locked_kafka, topic, _expected(1))
+    assert (report.lost, report.duplicated, report.phantoms, report.mismatched,
+            report.open_transactions) == (0, 0, 0, 0, 0), report.summary()
+    _set_acls(locked_kafka, everything)
+    for partition in range(PARTITIONS):
+        write_partition(config, _records(topic, 1, partition), "query-1", 1, partition)
+    report = _report(locked_kafka, topic, _expected(2))
+    assert (report.lost, report.duplicated, report.phantoms, report.mismatched,
+            report.open_transactions) == (0, 0, 0, 0, 0), report.summary()
+
+
+def test_verify_needs_the_documented_acls_and_names_a_missing_one(
+        locked_kafka: KafkaBroker, acls_cleared: None, app_id: str) -> None:
+    """``dedup verify``'s read of the output as the pipeline's principal: exact with the
+    ACLs the table gives it, refused in one line naming the group ACL without it."""
+    from sinks import KafkaDeniedError
+    from sinks.verify import verify_topic
+
+    topic = _output_topic(locked_kafka, app_id)
+    _set_acls(locked_kafka, _acls(app_id))
+    _run(_config(locked_kafka, app_id), batches=1)
+    verify = [acl for acl in _acls(app_id) if "dedup verify" in acl.part]
+    assert {acl.resource_type for acl in verify} == {"TOPIC", "GROUP"}
+    _set_acls(locked_kafka, verify)
+    client = locked_kafka.user_config(PIPELINE_USER)
+    report = verify_topic(locked_kafka.bootstrap_servers, topic, _expected(1),
+                          client_config=client)
+    assert report.ok, report.summary()
+    [group] = [acl for acl in verify if acl.resource_type == "GROUP"]
+    _set_acls(locked_kafka, [acl for acl in verify if acl != group])
+    with pytest.raises(KafkaDeniedError) as failure:
+        verify_topic(locked_kafka.bootstrap_servers, topic, _expected(1), client_config=client)
+    message = str(failure.value)
+    assert "\n" not in message and group.resource in message and "DESCRIBE" in message, message
