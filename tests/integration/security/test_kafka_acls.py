@@ -239,3 +239,22 @@ def test_verify_needs_the_documented_acls_and_names_a_missing_one(
         verify_topic(locked_kafka.bootstrap_servers, topic, _expected(1), client_config=client)
     message = str(failure.value)
     assert "\n" not in message and group.resource in message and "DESCRIBE" in message, message
+
+
+def test_txn_list_and_abort_need_nothing_beyond_the_sinks_acls(
+        locked_kafka: KafkaBroker, acls_cleared: None, app_id: str) -> None:
+    """``dedup txn list`` / ``abort`` as the pipeline's principal with the sink's ACLs:
+    the marker groups' offsets are listed, the transactional ids re-initialised."""
+    from sinks.admin import abort_transactions, list_transactions
+
+    _output_topic(locked_kafka, app_id)
+    _set_acls(locked_kafka, [acl for acl in _acls(app_id) if acl.part.startswith("sink")])
+    _run(_config(locked_kafka, app_id), batches=2)
+    client: dict[str, Any] = dict(locked_kafka.user_config(PIPELINE_USER))
+    found = list_transactions(locked_kafka.bootstrap_servers, app_id,
+                              marker_topic=f"{app_id}-markers", client_config=client)
+    assert [(t.partition, t.query_id, t.next_batch) for t in found] == [
+        (p, "query-1", 2) for p in range(PARTITIONS)]
+    assert abort_transactions(locked_kafka.bootstrap_servers, app_id,
+                              client_config=client) == [f"{app_id}.p{p}"
+                                                        for p in range(PARTITIONS)]
