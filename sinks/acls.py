@@ -24,9 +24,11 @@ Found by reading every Kafka call of each part:
   InitProducerId of the transactional ids: covered by the sink's ACLs;
 * ``dedup verify``: a ``read_committed`` read of the output topic, by a consumer
   whose group (``dedup-reader-*``) is only looked up, never joined;
-* Spark's Kafka source: Metadata, ListOffsets and Fetch of the source topics, with
-  a consumer group ``spark-kafka-source-*`` (option ``kafka.group.id`` or
-  ``groupIdPrefix`` changes it); ``sources.kafka.topic_ids`` describes them.
+* Spark's Kafka source: Metadata, ListOffsets and Fetch of the source topics
+  (``sources.kafka.topic_ids`` describes them). Its consumers have a group
+  (``spark-kafka-source-*``) but are assigned their partitions and commit nothing,
+  so the Java client never looks the group up: no group ACL (measured: ``dedup run``
+  is exact without one, ``tests/integration/security/test_kafka_acls_run.py``).
 """
 
 from __future__ import annotations
@@ -111,14 +113,12 @@ class KafkaAcl:
 
 def required_acls(app_id: str, output_topic: str, marker_topic: str = DEFAULT_MARKER_TOPIC,
                   output_name: str = "", dead_letter_topic: str | None = None,
-                  source_topics: Sequence[str] = (),
-                  source_group_prefix: str | None = None) -> list[KafkaAcl]:
+                  source_topics: Sequence[str] = ()) -> list[KafkaAcl]:
     """Every ACL the pipeline's principal needs (no super user, no wildcard).
 
     Pure and safe to repeat. Parameters are the sink's options (``app.id``,
     ``topic``, ``marker.topic``, ``output.name``, ``dead.letter.topic``) and, for a
-    Kafka source, its topics and consumer-group prefix (Spark's default
-    ``spark-kafka-source-`` when ``source_topics`` are given and it is None).
+    Kafka source, its topics.
     A part run without one of its ``always`` ACLs fails at once with an error that
     names the ACL (:func:`denied_message`).
     """
@@ -144,9 +144,6 @@ def required_acls(app_id: str, output_topic: str, marker_topic: str = DEFAULT_MA
     acls.append(KafkaAcl("GROUP", "dedup-reader-", "PREFIXED", "DESCRIBE", "dedup verify"))
     for topic in source_topics:
         acls.append(KafkaAcl("TOPIC", topic, "LITERAL", "READ", "source"))
-    if source_topics:
-        acls.append(KafkaAcl("GROUP", source_group_prefix or "spark-kafka-source-",
-                             "PREFIXED", "READ", "source"))
     return acls
 
 
