@@ -60,3 +60,30 @@ def test_a_command_line_grants_one_acl() -> None:
     assert group.command("User:pipe", "kafka:9093") == (
         "kafka-acls.sh --bootstrap-server kafka:9093 --add --allow-principal User:pipe "
         "--operation Read --group 'app.sink.' --resource-pattern-type prefixed")
+
+
+def test_a_refusal_names_the_acl_of_the_sink_in_one_line() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from sinks import SinkConfig
+    from sinks.acls import authorization_error, denied, sink_needs
+    from sinks.exceptions import KafkaUnavailableError
+
+    config = SinkConfig(app_id="app", bootstrap_servers="127.0.0.1:1", topic="out",
+                        strong_productions=False, output_name="copy")
+    raw = KafkaException(KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    wrapped = KafkaUnavailableError("could not ...")
+    wrapped.__cause__ = raw
+    assert authorization_error(wrapped) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    assert authorization_error(KafkaError(KafkaError._TIMED_OUT)) is None
+    error = denied("init_transactions of app/copy.p0", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+                   sink_needs(config, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "marker"))
+    assert str(error) == (
+        "Kafka denied init_transactions of app/copy.p0 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): "
+        "grant the pipeline's principal WRITE on transactional id prefix 'app/copy.p' "
+        "(PREFIXED) (docs/operations.md, Kafka ACLs)")
+    assert error.fatal() and not error.retriable()
+    assert [a.resource for a in sink_needs(config, "TOPIC_AUTHORIZATION_FAILED", "produce",
+                                           ("out", "dead"))] == ["topic 'out'", "topic 'dead'"]
+    assert [a.operation for a in sink_needs(config, "TOPIC_AUTHORIZATION_FAILED", "start")] \
+        == ["CREATE"]
