@@ -258,3 +258,22 @@ def test_txn_list_and_abort_need_nothing_beyond_the_sinks_acls(
     assert abort_transactions(locked_kafka.bootstrap_servers, app_id,
                               client_config=client) == [f"{app_id}.p{p}"
                                                         for p in range(PARTITIONS)]
+
+
+def test_an_output_topic_it_may_not_write_is_refused_at_start_not_called_missing(
+        locked_kafka: KafkaBroker, acls_cleared: None, app_id: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka hides a topic from a principal that may not describe it: the sink's start
+    must not announce it as missing (or, with auto.create.topics.enable=false, refuse
+    with "create it"), but name the WRITE to grant."""
+    from sinks import KafkaDeniedError
+    from sinks.admin import prepare
+
+    topic = _output_topic(locked_kafka, app_id)
+    _set_acls(locked_kafka, [acl for acl in _acls(app_id)
+                             if not (acl.name == topic and acl.operation in {"WRITE", "READ"})])
+    with caplog.at_level(logging.WARNING), pytest.raises(KafkaDeniedError) as failure:
+        prepare(_config(locked_kafka, app_id))
+    assert f"WRITE on topic '{topic}'" in str(failure.value), str(failure.value)
+    assert not any("does not exist" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
