@@ -154,6 +154,39 @@ def existing_topics(config: SinkConfig) -> set[str]:
     return set(metadata.topics)
 
 
+def refuse_hidden_topics(config: SinkConfig, topics: list[str]) -> None:
+    """Refuse an output topic the principal may not describe, before it is taken for a
+    missing one (one DescribeTopics round trip; nothing when ``topics`` is empty).
+
+    Kafka leaves a topic the principal may not describe out of the topic list, and
+    answers TOPIC_AUTHORIZATION_FAILED whether it exists or not: the sink, which
+    needs WRITE on it (WRITE implies DESCRIBE), names that ACL instead of announcing
+    a topic the broker would create, or refusing one it "does not" have. Read-only,
+    safe to repeat; raises :class:`~sinks.exceptions.KafkaDeniedError`.
+    """
+    if not topics:
+        return
+    from confluent_kafka import TopicCollection
+
+    admin = AdminClient(config.client_config())
+    try:
+        futures = admin.describe_topics(TopicCollection(topics), request_timeout=TIMEOUT_S)
+        outcomes = []
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                outcomes.append((name, authorization_error(exc)))
+    except KafkaException as exc:  # the call as a whole: left to the checks after it
+        log.debug("could not describe topics %s: %s", topics, exc)
+        return
+    for name, refused in outcomes:
+        if refused is not None:
+            raise denied(f"a description of topic {name!r} (it is hidden from the "
+                         "pipeline's principal)", refused,
+                         sink_needs(config, refused, "produce", (name,)))
+
+
 def prepare(config: SinkConfig) -> None:
     """Driver-side start checks: broker limit, marker topic exists, marker retention
     (a warning), output topics that do not exist yet (refused or announced). Safe to
@@ -164,7 +197,10 @@ def prepare(config: SinkConfig) -> None:
                                *AUTO_CREATE_SETTINGS))
     check_transaction_timeout(config, settings.get("transaction.max.timeout.ms"))
     if config.topic or config.dead_letter_topic:
-        check_output_topics(config, settings, existing_topics(config))
+        existing = existing_topics(config)
+        refuse_hidden_topics(config, [t for t in (config.topic, config.dead_letter_topic)
+                                      if t and t not in existing])
+        check_output_topics(config, settings, existing)
     warn_marker_retention(config, settings.get("offsets.retention.minutes"))
     if (config.strong_productions and config.redis is not None
             and settings.get("offsets.retention.minutes") is not None):
