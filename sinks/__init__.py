@@ -7,6 +7,7 @@ after :func:`register`) for a one-line switch from Spark's Kafka sink, or
 over each micro-batch (the cheapest of the three).
 """
 
+from sinks.acls import KafkaAcl, required_acls
 from sinks.admin import (
     SinkTransaction,
     abort_transactions,
@@ -28,6 +29,7 @@ from sinks.exceptions import (
     CheckpointStateError,
     CheckpointUnavailableError,
     CommitOutcomeUnknownError,
+    KafkaDeniedError,
     MarkerLostError,
     OutputChangedError,
     OutputNameInUseError,
@@ -57,6 +59,8 @@ __all__ = [
     "ExactlyOnceKafkaDataSource",
     "ExactlyOnceKafkaForeachBatch",
     "ExactlyOnceKafkaStreamWriter",
+    "KafkaAcl",
+    "KafkaDeniedError",
     "MarkerLostError",
     "OutputChangedError",
     "OutputNameInUseError",
@@ -81,4 +85,5 @@ __all__ = [
     "read_phase_timings",
     "register",
     "release_when_stopped",
+    "required_acls",
 ]

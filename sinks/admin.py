@@ -17,6 +17,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from dedup.config import validate_app_id
+from sinks.acls import authorization_error, denied, required_acls, sink_needs
 from sinks.config import SinkConfig, sink_identity
 from sinks.exceptions import KafkaUnavailableError, SinkConfigError, UnsafeSinkSettingError
 from sinks.kafka_io import ensure_topic
@@ -26,7 +27,12 @@ log = logging.getLogger(__name__)
 
 
 def broker_configs(client_config: dict[str, Any], names: tuple[str, ...]) -> dict[str, str]:
-    """The values of broker settings ``names`` (those the broker reports; one round trip)."""
+    """The values of broker settings ``names`` (those the broker reports; one round trip).
+
+    Read-only, safe to repeat. Raises :class:`~sinks.exceptions.KafkaDeniedError`
+    (naming the ACL) when the principal may not describe the cluster's configs,
+    :class:`~sinks.exceptions.KafkaUnavailableError` when Kafka cannot be reached.
+    """
     admin = AdminClient(client_config)
     try:
         brokers = sorted(admin.list_topics(timeout=TIMEOUT_S).brokers)
@@ -36,6 +42,12 @@ def broker_configs(client_config: dict[str, Any], names: tuple[str, ...]) -> dic
         [future] = admin.describe_configs([resource]).values()
         entries = future.result(TIMEOUT_S)
     except KafkaException as exc:
+        refused = authorization_error(exc)
+        if refused is not None:
+            # Not "unreachable": the broker answered, and every retry gets the same.
+            [acl] = [a for a in required_acls("-", "-") if a.resource_type == "CLUSTER"]
+            raise denied(f"DescribeConfigs of the broker's settings {', '.join(names)}",
+                         refused, [acl]) from exc
         raise KafkaUnavailableError(
             f"could not read broker configs from {client_config.get('bootstrap.servers')}: "
             f"{exc}; check kafka.bootstrap.servers and that the broker is up"
@@ -142,16 +154,53 @@ def existing_topics(config: SinkConfig) -> set[str]:
     return set(metadata.topics)
 
 
+def refuse_hidden_topics(config: SinkConfig, topics: list[str]) -> None:
+    """Refuse an output topic the principal may not describe, before it is taken for a
+    missing one (one DescribeTopics round trip; nothing when ``topics`` is empty).
+
+    Kafka leaves a topic the principal may not describe out of the topic list, and
+    answers TOPIC_AUTHORIZATION_FAILED whether it exists or not: the sink, which
+    needs WRITE on it (WRITE implies DESCRIBE), names that ACL instead of announcing
+    a topic the broker would create, or refusing one it "does not" have. Read-only,
+    safe to repeat; raises :class:`~sinks.exceptions.KafkaDeniedError`.
+    """
+    if not topics:
+        return
+    from confluent_kafka import TopicCollection
+
+    admin = AdminClient(config.client_config())
+    try:
+        futures = admin.describe_topics(TopicCollection(topics), request_timeout=TIMEOUT_S)
+        outcomes = []
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                outcomes.append((name, authorization_error(exc)))
+    except KafkaException as exc:  # the call as a whole: left to the checks after it
+        log.debug("could not describe topics %s: %s", topics, exc)
+        return
+    for name, refused in outcomes:
+        if refused is not None:
+            raise denied(f"a description of topic {name!r} (it is hidden from the "
+                         "pipeline's principal)", refused,
+                         sink_needs(config, refused, "produce", (name,)))
+
+
 def prepare(config: SinkConfig) -> None:
     """Driver-side start checks: broker limit, marker topic exists, marker retention
     (a warning), output topics that do not exist yet (refused or announced). Safe to
-    repeat."""
+    repeat. A missing ACL raises :class:`~sinks.exceptions.KafkaDeniedError` naming it
+    (the cluster's DescribeConfigs: the marker retention read here guards exactness)."""
     settings = broker_configs(config.client_config(),
                               ("transaction.max.timeout.ms", "offsets.retention.minutes",
                                *AUTO_CREATE_SETTINGS))
     check_transaction_timeout(config, settings.get("transaction.max.timeout.ms"))
     if config.topic or config.dead_letter_topic:
-        check_output_topics(config, settings, existing_topics(config))
+        existing = existing_topics(config)
+        refuse_hidden_topics(config, [t for t in (config.topic, config.dead_letter_topic)
+                                      if t and t not in existing])
+        check_output_topics(config, settings, existing)
     warn_marker_retention(config, settings.get("offsets.retention.minutes"))
     if (config.strong_productions and config.redis is not None
             and settings.get("offsets.retention.minutes") is not None):
@@ -160,9 +209,16 @@ def prepare(config: SinkConfig) -> None:
         # The executors judge an old commit intent against it (sinks.transactions).
         CheckpointStore.for_config(config).set_marker_retention(
             int(settings["offsets.retention.minutes"]))
-    ensure_topic(config.bootstrap_servers, config.marker_topic, partitions=1,
-                 client_config={k: v for k, v in config.client_config().items()
-                                if k != "bootstrap.servers"})
+    try:
+        ensure_topic(config.bootstrap_servers, config.marker_topic, partitions=1,
+                     client_config={k: v for k, v in config.client_config().items()
+                                    if k != "bootstrap.servers"})
+    except KafkaUnavailableError as exc:
+        refused = authorization_error(exc)
+        if refused is None:
+            raise
+        raise denied(f"the creation of the marker topic {config.marker_topic!r}", refused,
+                     sink_needs(config, refused, "start")) from exc
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,18 @@ class KafkaUnavailableError(SinkError, ConnectionError):
     _retriable = True
 
 
+class KafkaDeniedError(SinkError, PermissionError):
+    """Kafka's authorizer refused a call of the pipeline's principal (a missing ACL).
+
+    Fatal and not retriable: every retry is refused the same way until the ACL
+    is granted. The message names the missing permission and its resource
+    (:mod:`sinks.acls`); the transaction the write began is aborted, so nothing
+    of it is visible to ``read_committed`` readers.
+    """
+
+    _fatal = True
+
+
 class SinkConfigError(SinkError, ConfigError):
     """A sink option is missing, malformed or contradicts another one."""
 

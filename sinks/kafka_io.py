@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sinks.acls import KafkaAcl, authorization_error, denied, required_acls
 from sinks.exceptions import KafkaUnavailableError
 
 
@@ -80,6 +81,9 @@ def consume_all(bootstrap: str, topic: str, isolation_level: str = "read_committ
 
     Raises
     ------
+    KafkaDeniedError
+        The principal may not read the topic or look up the reader's group (one
+        line naming the ACL to grant).
     KafkaUnavailableError
         The read did not reach the end of every partition: no record arrived for
         ``idle_timeout`` seconds, or ``max_wait`` seconds passed (None: no limit while
@@ -125,6 +129,14 @@ def consume_all(bootstrap: str, topic: str, isolation_level: str = "read_committ
                 if error.code() == KafkaError._PARTITION_EOF:
                     at_eof.add(int(msg.partition() or 0))
                     continue
+                refused = authorization_error(error)
+                if refused is not None:
+                    # A refusal, not an outage: the read would never reach the end.
+                    reader = ([acl for acl in required_acls("-", topic)
+                               if acl.part == "dedup verify"] if refused ==
+                              "GROUP_AUTHORIZATION_FAILED" else
+                              [KafkaAcl("TOPIC", topic, "LITERAL", "READ", "dedup verify")])
+                    raise denied(f"the read of topic {topic!r}", refused, reader)
                 raise KafkaUnavailableError(f"reading {topic!r} failed: {error}")
             last_progress = time.monotonic()
             at_eof.discard(int(msg.partition() or 0))

@@ -51,10 +51,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from dedup.constants import RECORD_ID_HEADER
 from dedup.failpoints import fail_point
+from sinks.acls import KafkaAcl, authorization_error, denied, sink_needs
 from sinks.checkpoint import CheckpointStore
 from sinks.config import SinkConfig
 from sinks.exceptions import (
     CommitOutcomeUnknownError,
+    KafkaDeniedError,
     MarkerLostError,
     MarkerPendingError,
     ProducerFencedError,
@@ -104,9 +106,10 @@ can only lead to a fenced attempt, which drops both and reads the marker again
 (docs/design.md, invariant 6). Saves a coordinator round trip per write, and
 the wait for the previous commit's offsets to turn stable (about 90 ms).
 """
+# Not TRANSACTIONAL_ID_AUTHORIZATION_FAILED: a missing ACL, which no new producer fixes
+# (sinks.acls).
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                 KafkaError.INVALID_PRODUCER_EPOCH,
-                 KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+                 KafkaError.INVALID_PRODUCER_EPOCH}
 CALL_TIMEOUT_S = 30.0
 STALE_PRODUCER_PATIENCE_S = 2.0
 """How long a cached producer waits on pending offsets before it is replaced."""
@@ -212,7 +215,7 @@ def get_producer(config: SinkConfig, partition: int) -> tuple[Producer, bool]:
             producer.list_topics(config.marker_topic, timeout=CALL_TIMEOUT_S)
         producer.init_transactions(CALL_TIMEOUT_S)
     except KafkaException as exc:
-        raise _classify(exc, f"init_transactions of {txn_id}") from exc
+        raise _classify(exc, f"init_transactions of {txn_id}", config) from exc
     _PRODUCERS[txn_id] = producer
     return producer, True
 
@@ -265,7 +268,7 @@ def cluster_id(config: SinkConfig) -> str:
             metadata = AdminClient(settings).list_topics(config.marker_topic,
                                                          timeout=CALL_TIMEOUT_S)
         except KafkaException as exc:
-            raise _classify(exc, "reading the id of the Kafka cluster") from exc
+            raise _classify(exc, "reading the id of the Kafka cluster", config) from exc
         known = _CLUSTER_IDS[config.bootstrap_servers] = str(metadata.cluster_id or "")
     return known
 
@@ -300,8 +303,18 @@ def topic_max_message_bytes(config: SinkConfig, topic: str, fresh: bool = False)
             # write with its message.max.bytes, the topics' default. Not kept: the next
             # use reads the topic's own.
             return _broker_message_max_bytes(admin)
-        log.warning("could not read max.message.bytes of topic %r (%s): records larger than "
-                    "it are refused by the broker, not sent to dead.letter.topic", topic, exc)
+        refused = authorization_error(exc)
+        if refused is not None:
+            # Tolerated: the broker still enforces the limit; only the routing of a
+            # record above it to dead.letter.topic is lost, which the warning says.
+            log.warning("%s: records larger than its max.message.bytes are refused by the "
+                        "broker, not sent to dead.letter.topic", denied(
+                            f"DescribeConfigs of topic {topic!r}", refused,
+                            [KafkaAcl("TOPIC", topic, "LITERAL", "DESCRIBE_CONFIGS", "sink")]))
+        else:
+            log.warning("could not read max.message.bytes of topic %r (%s): records larger "
+                        "than it are refused by the broker, not sent to dead.letter.topic",
+                        topic, exc)
     except (ValueError, TimeoutError) as exc:
         log.warning("could not read max.message.bytes of topic %r (%s): records larger than "
                     "it are refused by the broker, not sent to dead.letter.topic", topic, exc)
@@ -376,11 +389,15 @@ def read_marker(config: SinkConfig, partition: int,
     deadline = time.monotonic() + wait
     while True:
         try:
+            # In slices: a group the principal may not describe makes committed() wait
+            # its whole timeout for a coordinator, and the refusal reaches only poll().
             [tp] = consumer.committed([TopicPartition(config.marker_topic, 0)],
-                                      timeout=max(0.1, deadline - time.monotonic()))
+                                      timeout=max(0.1, min(MARKER_SLICE_S,
+                                                           deadline - time.monotonic())))
             break
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
+            _raise_if_denied(consumer, config, partition)
             # The group coordinator moves or loads (a fresh broker, a restart): wait.
             retriable = error.code() in _COORDINATOR_CODES or error.retriable()
             if retriable and time.monotonic() < deadline:
@@ -395,6 +412,11 @@ def read_marker(config: SinkConfig, partition: int,
                 f"could not read the batch marker of {config.marker_group(partition)}: {exc}"
             ) from exc
     if tp.error is not None:
+        refused = authorization_error(tp.error)
+        if refused is not None:
+            raise denied(f"the read of the batch marker of {config.marker_group(partition)} "
+                         f"on topic {config.marker_topic!r}", refused,
+                         sink_needs(config, refused, "marker"))
         # Not "no marker": the batch may be committed, and producing it again
         # would duplicate it. Fail the attempt; Spark's retry reads again.
         raise TransactionFailedError(
@@ -406,6 +428,22 @@ def read_marker(config: SinkConfig, partition: int,
     return tp.metadata, tp.offset
 
 
+MARKER_SLICE_S = 1.0
+"""Longest single wait of the marker read (:func:`read_marker`)."""
+
+
+def _raise_if_denied(consumer: Consumer, config: SinkConfig, partition: int) -> None:
+    """Raise the refusal of the marker group's coordinator lookup, if librdkafka queued
+    one (it does so only on the consumer's queue, which ``poll`` serves; the marker
+    consumer reads nothing, so a poll takes no record)."""
+    message = consumer.poll(0)
+    error = message.error() if message is not None else None
+    refused = authorization_error(error) if error is not None else None
+    if refused is not None:
+        raise denied(f"the read of the batch marker of {config.marker_group(partition)}",
+                     refused, sink_needs(config, refused, "marker"))
+
+
 def _is_fenced(error: KafkaError) -> bool:
     """Fenced, or any fatal producer state (librdkafka reports a fence as a fatal
     error, and produce() on such a producer fails with ``_FATAL``): the producer
@@ -413,8 +451,14 @@ def _is_fenced(error: KafkaError) -> bool:
     return error.code() in _FENCED_CODES or error.code() == KafkaError._FATAL or error.fatal()
 
 
-def _classify(exc: KafkaException, what: str) -> TransactionFailedError:
+def _classify(exc: KafkaException, what: str, config: SinkConfig | None = None,
+              stage: str = "marker", topics: tuple[str, ...] = ()
+              ) -> TransactionFailedError | KafkaDeniedError:
     error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    refused = authorization_error(error)
+    if refused is not None and config is not None:
+        # Before the fence: a refusal is fatal at once, no new producer or retry helps.
+        return denied(what, refused, sink_needs(config, refused, stage, topics))
     if error is not None and _is_fenced(error):
         return ProducerFencedError(f"{what}: producer fenced by a newer one ({error.name()})")
     return TransactionFailedError(f"{what} failed: {exc}")
@@ -426,6 +470,14 @@ class _Abortable(Exception):  # noqa: N818 - internal control flow
 
 class _Fenced(Exception):  # noqa: N818 - internal control flow
     pass
+
+
+class _Denied(Exception):  # noqa: N818 - internal control flow
+    """A call of the transaction was refused (a missing ACL): abort it, then raise."""
+
+    def __init__(self, error: KafkaDeniedError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _produce_all(producer: Producer, records: list[OutRecord], config: SinkConfig,
@@ -457,6 +509,8 @@ def _fenced_or_abortable(exc: KafkaException) -> KafkaError:
     """Raise the control-flow signal of a fenced producer or an abortable transaction;
     otherwise return the error for the caller to classify."""
     error: KafkaError = exc.args[0]
+    if authorization_error(error) is not None:
+        raise exc  # neither: the caller names the refused permission (_attempt)
     if _is_fenced(error):
         raise _Fenced() from exc
     if error.txn_requires_abort():
@@ -532,6 +586,7 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         # checked here cannot commit after a takeover.
         with clock("lease"):
             store.take_lease(query_id, config.lease_seconds)
+    stage = "marker"
     try:
         with clock("begin"):
             producer.begin_transaction()
@@ -545,6 +600,7 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
             call_with_deadline(
                 lambda: producer.send_offsets_to_transaction(marker, group, OFFSETS_TIMEOUT_S),
                 OFFSETS_TIMEOUT_S + STUCK_GRACE_S, f"send_offsets_to_transaction of {what}")
+        stage = "produce"
         with clock("produce"):
             _produce_all(producer, records, config, batch, partition, attempt)
         fail_point("sink.before_commit", config.fail_points.directory,
@@ -563,6 +619,13 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
             if store is not None:
                 store.record_committed(query_id, batch, partition)
     except KafkaException as exc:
+        if authorization_error(exc) is not None:
+            topics = tuple(sorted({r.topic for r in records}))
+            raise _Denied(denied(
+                f"{what}: the {'marker commit' if stage == 'marker' else 'write to'} "
+                + ("" if stage == "marker" else ", ".join(repr(t) for t in topics)),
+                str(authorization_error(exc)),
+                sink_needs(config, str(authorization_error(exc)), stage, topics))) from exc
         _fenced_or_abortable(exc)
         raise _classify(exc, what) from exc
     return False, len(records)
@@ -660,8 +723,8 @@ def _in_output(config: SinkConfig, records: list[OutRecord], since_ms: int) -> b
         for topic, ids in wanted.items():
             found += len(_ids_found(consumer, topic, ids, max(0, since_ms)))
     except KafkaException as exc:
-        raise _classify(exc, f"reading {sorted(wanted)} for a batch whose marker expired") \
-            from exc
+        raise _classify(exc, f"reading {sorted(wanted)} for a batch whose marker expired",
+                        config, "read", tuple(sorted(wanted))) from exc
     finally:
         consumer.close()
     if found == total:
@@ -758,6 +821,16 @@ def write_partition(config: SinkConfig, records: list[OutRecord], query_id: str,
                        f"max.message.bytes of {named}" if too_large else "")
                 ) from exc
             log.warning("aborted transaction of %s (attempt %d): %s", txn_id, attempt, exc)
+        except _Denied as exc:
+            # Aborted, not left open: a retry is refused the same way, so no
+            # init_transactions would come to abort it, and an open transaction
+            # holds read_committed readers of its partitions until it times out.
+            producer = _PRODUCERS.get(txn_id)
+            if producer is not None:
+                with contextlib.suppress(Exception):
+                    unhandled(functools.partial(producer.abort_transaction, CALL_TIMEOUT_S))
+            drop_producer(txn_id)
+            raise exc.error from exc.__cause__
         except _Fenced as exc:
             drop_producer(txn_id)
             if not redo_after_fence:

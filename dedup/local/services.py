@@ -473,6 +473,17 @@ class KafkaBroker:
         listener ``SASL_SSL`` with ``SCRAM-SHA-256`` (the user is created when
         the storage is formatted; brokers talk to each other the same way).
         :attr:`client_config` holds what a client needs besides the address.
+    users:
+        Further SCRAM-SHA-256 users ``{name: password}`` of a secured broker, created
+        when the storage is formatted (a pipeline's own principal, for ACL tests).
+    authorizer:
+        Turn on ``StandardAuthorizer`` with ``allow.everyone.if.no.acl.found=false``
+        (needs ``scram``): only the ``scram`` user (also the inter-broker principal)
+        and ``User:ANONYMOUS`` are super users. The latter is the principal of the
+        PLAINTEXT controller listener, on which the broker half of this node
+        registers and heartbeats to the controller half: without it the node never
+        becomes ready. That listener is on 127.0.0.1 only; a production cluster
+        secures it instead. Every other user gets only the ACLs granted to it.
     """
 
     def __init__(self, data_dir: Path, port: int | None = None,
@@ -480,9 +491,12 @@ class KafkaBroker:
                  overrides: dict[str, str] | None = None, die_with_parent: bool = True,
                  log_level: str = "WARN", node_id: int = 1, quorum_voters: str | None = None,
                  cluster_id: str | None = None, scram: tuple[str, str] | None = None,
-                 tls: Any = None) -> None:
+                 tls: Any = None, users: dict[str, str] | None = None,
+                 authorizer: bool = False) -> None:
         if (scram is None) != (tls is None):
             raise ValueError("a secured broker needs both scram=(user, password) and tls")
+        if (users or authorizer) and scram is None:
+            raise ValueError("users and authorizer need a secured broker (scram and tls)")
         self.data_dir = Path(data_dir)
         # one call: two free_port() calls may hand out one port twice
         spare = free_ports(2)
@@ -497,11 +511,18 @@ class KafkaBroker:
         self.log_level = log_level
         self.scram = scram
         self.tls = tls
+        self.users = dict(users or {})
+        self.authorizer = authorizer
         self._proc: _Process | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def user_config(self, user: str) -> dict[str, str]:
+        """:attr:`client_config` of ``user``, one of ``users`` (holds its password)."""
+        return {**self.client_config, "sasl.username": user,
+                "sasl.password": self.users[user]}
 
     @property
     def client_config(self) -> dict[str, str]:
@@ -532,6 +553,11 @@ class KafkaBroker:
             "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": jaas,
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore),
             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.tls.ca),
+            **({"authorizer.class.name":
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "allow.everyone.if.no.acl.found": "false",
+                # see the class docstring: the controller listener's principal
+                "super.users": f"User:{user};User:ANONYMOUS"} if self.authorizer else {}),
         }
 
     @property
@@ -594,8 +620,7 @@ class KafkaBroker:
             self._java("kafka.tools.StorageTool", "format",
                        f"--cluster-id={self.cluster_id or kafka_cluster_id()}",
                        "--config", str(props_path), "--ignore-formatted",
-                       *(["--add-scram", f"SCRAM-SHA-256=[name={self.scram[0]},"
-                          f"password={self.scram[1]}]"] if self.scram else [])),
+                       *self._scram_arguments()),
             capture_output=True, text=True, timeout=120, check=False,
         )
         if result.returncode != 0:
@@ -603,6 +628,14 @@ class KafkaBroker:
                 f"kafka.tools.StorageTool format failed ({result.returncode}): "
                 f"{result.stderr.strip() or result.stdout.strip()}"
             )
+
+    def _scram_arguments(self) -> list[str]:
+        if self.scram is None:
+            return []
+        arguments = []
+        for name, password in [self.scram, *self.users.items()]:
+            arguments += ["--add-scram", f"SCRAM-SHA-256=[name={name},password={password}]"]
+        return arguments
 
     def start(self, timeout: float = 90.0) -> KafkaBroker:
         """Format storage on first use, start ``kafka.Kafka``, wait until ready.

@@ -71,3 +71,27 @@ def assert_no_secret(results: list[subprocess.CompletedProcess[str]], cache: Pat
     leaked = [name for name, text in outputs.items()
               if any(secret in text for secret in secrets)]
     assert not leaked, f"a secret shows in {leaked}"
+
+
+ADMIN_USER = "dedup-admin"  # the locked broker's super user and inter-broker principal
+ADMIN_PASSWORD = "s3cr3t-Adm1n-pa55"
+PIPELINE_USER = "dedup-pipeline"  # no super user: only the ACLs a test grants it
+PIPELINE_PASSWORD = "s3cr3t-P1pe-pa55"
+
+
+@pytest.fixture(scope="session")
+def locked_kafka(services_dir: Path) -> Iterator[KafkaBroker]:
+    """A SASL_SSL broker with StandardAuthorizer and allow.everyone.if.no.acl.found=false:
+    the admin is a super user, the pipeline's user starts with no ACL at all."""
+    certs = make_certificates(services_dir / "certs")
+    broker = KafkaBroker(services_dir / "kafka-locked", heap_mb=320,
+                         scram=(ADMIN_USER, ADMIN_PASSWORD), tls=certs,
+                         users={PIPELINE_USER: PIPELINE_PASSWORD}, authorizer=True)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        from sinks.transactions import close_clients
+
+        close_clients()
+        broker.stop()
