@@ -4,8 +4,11 @@ Breadth-first search over every reachable state of a bounded instance, with
 state hashing. At every state: the failure-transparency check
 (:func:`tests.model.protocol.violations`). After the search: liveness, i.e.
 from every reachable state some path of non-failure steps (the protocol and
-Spark's or the operator's recovery) reaches completion; with finitely many
-failures and fair scheduling every batch's output then becomes visible.
+Spark's or the operator's recovery, a refusal's advice included) settles
+(:func:`tests.model.protocol.settled`: every batch committed, the query
+stopped, a new query on the app id not refused); with finitely many failures
+and fair scheduling every batch's output then becomes visible and the app id
+is left usable. ``model_liveness_violations`` counts the states that cannot.
 
     python -m tests.model.explore [--bound small|full] [--form F] [--mutant NAME]
                                   [--all-mutants] [--json PATH] [--no-reduction]

@@ -80,9 +80,9 @@ MUTANTS: dict[str, str] = {
     "decisions_gc_early": "a batch's decisions are deleted right after its claim, before Spark "
                           "committed it (dedup/gc.py's rule broken)",
     "checkpoint_per_attempt": "sink checkpoints keyed by task attempt, not (batch, partition)",
-    "no_record_at_start": "a restarted query does not record the last batch its checkpoint "
-                          "committed (dedup/cli/pipeline.py record_checkpoint_commit left out, "
-                          "as a query started from a script of one's own does)",
+    "no_record_at_start": "the query the operator restarts as a refusal advises does not "
+                          "record the last batch its checkpoint committed (dedup/cli/pipeline.py "
+                          "record_checkpoint_commit left out, as a script of one's own does)",
 }
 
 FAILURE_KINDS = ("failpoint", "kill", "driver", "zombie", "txn_timeout", "broker_restart",
@@ -632,11 +632,13 @@ def _driver_steps(inst: Instance, s: State) -> list[Step]:
                                 inst, s._replace(drv=Driver(q, True, "idle", d.done, -1, False)),
                                 q)))
         elif not d.refused:
-            out.append(("driver restarts from its checkpoint (offset log, commit log)"
-                        + _record_label(inst, s, d.q), "recovery",
-                        _record_checkpoint_commit(
-                            inst, s._replace(drv=d._replace(alive=True, phase="idle", last=-1)),
-                            d.q)))
+            # no record_checkpoint_commit here: the query started again by a script of one's
+            # own, or by Spark re-running it, records a lost batch only at its next batch.
+            # It covers dedup run's restart too: the state that start's record makes is the
+            # one of the listener's record made before the driver died
+            out.append(("driver restarts from its checkpoint (offset log, commit log)",
+                        "recovery",
+                        s._replace(drv=d._replace(alive=True, phase="idle", last=-1))))
         elif d.q == 1:
             out.append(("operator restarts query 0 from its checkpoint (the refusal's advice)"
                         + _record_label(inst, s, 0), "recovery",
@@ -715,10 +717,11 @@ def _checkpoint_history(s: State, q: int) -> int:
 
 
 def _record_checkpoint_commit(inst: Instance, s: State, q: int) -> State:
-    """dedup/cli/pipeline.py record_checkpoint_commit, at each start of a query (``dedup
-    run``): the last batch the checkpoint committed is recorded (commit_progress) when the
-    catalog's record is older, as when the listener's event of it was lost with the
-    driver (the CHANGELOG's "a committed batch could stay unfinished for good")."""
+    """dedup/cli/pipeline.py record_checkpoint_commit, at the start of a query the operator
+    restarts as a refusal advises (with ``dedup run``, as the refusal's text says): the last
+    batch the checkpoint committed is recorded (commit_progress) when the catalog's record
+    is older, as when the listener's event of it was lost with the driver (the CHANGELOG's
+    "a committed batch could stay unfinished for good")."""
     last = _checkpoint_history(s, q)
     if not inst.dedups or inst.mutant == "no_record_at_start" or last <= s.queries[q]:
         return s
