@@ -135,6 +135,30 @@ def test_the_bounds_meet_the_minimum() -> None:
         assert set(ids[0]) & set(ids[1]), f"{name}: no duplicate across batches"
 
 
+def test_a_refusal_after_the_stop_is_ended_by_its_advice() -> None:
+    """The liveness rule is not vacuous: in two step, with the driver's kill after Spark's
+    commit of the last batch and before its listener's record, a new query on the app id
+    is refused after the stop (query 0 left batch 1 unfinished), and the advice's restart
+    (record_checkpoint_commit at its start) ends the refusal: every state settles."""
+    form, bound = MUTANT_CASES["no_record_at_start"]
+    inst = instance("ci", form, **bound)
+    result = explore(inst, max_seconds=120)
+    assert result.ok and result.settled_states > 0, result.report()
+    frontier, seen, advice = [initial_state(inst)], set(), []
+    while frontier:
+        s = frontier.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        for label, _, nxt in successors(inst, s):
+            if label.startswith("a new query on the app id is refused"):
+                advice.append(label)
+            frontier.append(nxt)
+    assert any("query 0 left batch 1 unfinished" in label
+               and "record_checkpoint_commit: commit_progress(q0, batch 1)" in label
+               for label in advice), advice
+
+
 def test_a_lost_progress_record_not_recorded_at_start_is_a_liveness_violation() -> None:
     """The liveness rule can fail: without record_checkpoint_commit at a restart (the
     mutant no_record_at_start, as a query started from a script of one's own) the
