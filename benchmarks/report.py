@@ -41,8 +41,8 @@ HEADLINES = {
                 "cold_start_eos_over_alo", "cold_start_eos_fused_over_alo"),
     "sink": ("eos_sink_over_spark_kafka_sink", "eos_weak_sink_over_spark_kafka_sink",
              "eos_sink_over_python_alo_sink", "python_alo_sink_over_spark_kafka_sink"),
-    "model": ("model_states_explored", "model_violations", "model_mutants",
-              "model_mutants_caught", "model_conformance_traces"),
+    "model": ("model_states_explored", "model_violations", "model_liveness_violations",
+              "model_mutants", "model_mutants_caught", "model_conformance_traces"),
 }
 SOAK_KEYS = {
     "soak": ("batches", "worker_rss_growth_mb_per_1k_batches", "throughput_last_over_first",

@@ -80,6 +80,9 @@ MUTANTS: dict[str, str] = {
     "decisions_gc_early": "a batch's decisions are deleted right after its claim, before Spark "
                           "committed it (dedup/gc.py's rule broken)",
     "checkpoint_per_attempt": "sink checkpoints keyed by task attempt, not (batch, partition)",
+    "no_record_at_start": "the query the operator restarts as a refusal advises does not "
+                          "record the last batch its checkpoint committed (dedup/cli/pipeline.py "
+                          "record_checkpoint_commit left out, as a script of one's own does)",
 }
 
 FAILURE_KINDS = ("failpoint", "kill", "driver", "zombie", "txn_timeout", "broker_restart",
@@ -193,6 +196,10 @@ class Driver(NamedTuple):
     progress: int
     """Two-step: the batch whose progress event the listener has yet to handle (-1: none)."""
     refused: bool
+    last: int = -1
+    """The batch of the last progress event this driver process's listener handled (two
+    step; -1: none): its ``onQueryTerminated`` collects decisions up to it (dedup/gc.py
+    ``_last``). A new process (a restart) starts with none."""
 
 
 class Producer(NamedTuple):
@@ -313,12 +320,26 @@ def _fail_task(s: State, t: Task, fatal: bool = False) -> State:
 def _query_fails(s: State) -> State:
     """The streaming query terminates: its lease is released (onQueryTerminated, or
     take_lease's release on refusal), its tasks run on as zombies."""
+    s = _terminated(s)
+    return s._replace(drv=s.drv._replace(alive=False, phase="idle", progress=-1, refused=True,
+                                         last=-1))
+
+
+def _terminated(s: State) -> State:
+    """dedup/gc.py DecisionGcListener.onQueryTerminated in the live driver: collect the
+    query's decisions of every batch up to the last one its progress events carried in
+    this process (``collect_garbage(q, last + 1)``; none in one pass, whose progress carries
+    no metric of the app id), release the app id's lease if the query holds it; its tasks
+    run on as zombies."""
+    d = s.drv
+    decisions = s.decisions
+    if d.last >= 0:
+        decisions = frozenset(x for x in decisions if not (x[0] == d.q and x[1] <= d.last))
     lease = s.lease
-    if lease[0] == s.drv.q:
+    if lease[0] == d.q:
         lease = (-1, lease[1], lease[2])
     tasks = tuple(sorted(t._replace(zombie=True) for t in s.tasks))
-    return s._replace(drv=s.drv._replace(alive=False, phase="idle", progress=-1, refused=True),
-                      tasks=tasks, lease=lease)
+    return s._replace(decisions=decisions, lease=lease, tasks=tasks)
 
 
 def _drop_producer(s: State, w: int, p: int) -> State:
@@ -595,19 +616,51 @@ def _driver_steps(inst: Instance, s: State) -> list[Step]:
     out: list[Step] = []
     nbatches = len(inst.batches)
     if not d.alive:
-        if not d.refused:
+        if d.phase == "stopped":
+            # after the query's clean stop, a new query on the app id (a new checkpoint
+            # location) is refused by _check_unfinished while some query's decisions of a
+            # batch it never recorded as committed remain: the operator does as the refusal
+            # says and restarts that query from its checkpoint (the liveness rule,
+            # docs/model.md: the goal is a stopped query and no such refusal)
+            unfinished = unfinished_batches(s)
+            if unfinished:
+                q, b = unfinished[0]
+                out.append((f"a new query on the app id is refused (AppIdInUseError: query {q} "
+                            f"left batch {b} unfinished): operator restarts query {q} from its "
+                            "checkpoint (the refusal's advice)" + _record_label(inst, s, q),
+                            "recovery", _record_checkpoint_commit(
+                                inst, s._replace(drv=Driver(q, True, "idle", d.done, -1, False)),
+                                q)))
+        elif not d.refused:
+            # no record_checkpoint_commit here: the query started again by a script of one's
+            # own, or by Spark re-running it, records a lost batch only at its next batch.
+            # It covers dedup run's restart too: the state that start's record makes is the
+            # one of the listener's record made before the driver died
             out.append(("driver restarts from its checkpoint (offset log, commit log)",
-                        "recovery", s._replace(drv=d._replace(alive=True, phase="idle"))))
+                        "recovery",
+                        s._replace(drv=d._replace(alive=True, phase="idle", last=-1))))
         elif d.q == 1:
-            out.append(("operator restarts query 0 from its checkpoint (the refusal's advice)",
-                        "recovery", s._replace(drv=Driver(0, True, "idle", d.done, -1, False))))
+            out.append(("operator restarts query 0 from its checkpoint (the refusal's advice)"
+                        + _record_label(inst, s, 0), "recovery",
+                        _record_checkpoint_commit(
+                            inst, s._replace(drv=Driver(0, True, "idle", d.done, -1, False)), 0)))
         return out
     c = s.commits[d.q]
     if d.progress >= 0:
-        # dedup/gc.py onQueryProgress -> RedisCatalog.commit_progress (the listener, async)
+        # dedup/gc.py onQueryProgress -> RedisCatalog.commit_progress (the listener, async);
+        # the listener remembers the batch for the query's termination (_last)
         out.append((f"listener: commit_progress(q{d.q}, batch {d.progress})", "step",
                     _commit_progress(s, d.q, d.progress)._replace(
-                        drv=d._replace(progress=-1))))
+                        drv=d._replace(progress=-1, last=d.progress))))
+    if d.phase == "idle" and c == nbatches and d.progress < 0:
+        # every batch committed and the listener's pending event handled (Spark posts a
+        # query's events in order, the termination last): the operator stops the query;
+        # the listener's onQueryTerminated collects and releases (dedup/gc.py)
+        last = f"collect_garbage(q{d.q}, {d.last + 1}), " if d.last >= 0 else ""
+        out.append((f"operator stops query {d.q}: onQueryTerminated: {last}release "
+                    "[DecisionGcListener.onQueryTerminated]", "step",
+                    _terminated(s)._replace(drv=d._replace(alive=False, phase="stopped",
+                                                           last=-1))))
     if d.phase == "idle" and c < nbatches:
         # Spark writes batch c to its offset log (or finds it there) and runs it
         out.append((f"driver runs batch {c} (offset log)", "step",
@@ -654,6 +707,52 @@ def _driver_steps(inst: Instance, s: State) -> list[Step]:
     return out
 
 
+def _checkpoint_history(s: State, q: int) -> int:
+    """The last batch query ``q``'s Spark checkpoint committed, or -1 (none). Query 1
+    starts at query 0's position when it takes over, before query 0 can be restarted
+    (it is refused at its first claim, before any commit, or runs on), so it committed a
+    batch only if it stands beyond query 0."""
+    first = s.commits[0] if q == 1 else 0
+    return s.commits[q] - 1 if s.commits[q] > first else -1
+
+
+def _record_checkpoint_commit(inst: Instance, s: State, q: int) -> State:
+    """dedup/cli/pipeline.py record_checkpoint_commit, at the start of a query the operator
+    restarts as a refusal advises (with ``dedup run``, as the refusal's text says): the last
+    batch the checkpoint committed is recorded (commit_progress) when the catalog's record
+    is older, as when the listener's event of it was lost with the driver (the CHANGELOG's
+    "a committed batch could stay unfinished for good")."""
+    last = _checkpoint_history(s, q)
+    if not inst.dedups or inst.mutant == "no_record_at_start" or last <= s.queries[q]:
+        return s
+    return _commit_progress(s, q, last)
+
+
+def _record_label(inst: Instance, s: State, q: int) -> str:
+    last = _checkpoint_history(s, q)
+    if not inst.dedups or inst.mutant == "no_record_at_start" or last <= s.queries[q]:
+        return ""
+    return f"; record_checkpoint_commit: commit_progress(q{q}, batch {last})"
+
+
+def unfinished_batches(s: State) -> list[tuple[int, int]]:
+    """RedisCatalog._check_unfinished as a new query (neither 0 nor 1) sees it: per query
+    with decisions of a batch it has not recorded as committed, the highest such batch
+    (the one the code's refusal names), sorted."""
+    found: dict[int, int] = {}
+    for q, b, _, _ in s.decisions:
+        if b > s.queries[q]:
+            found[q] = max(b, found.get(q, b))
+    return sorted(found.items())
+
+
+def settled(inst: Instance, s: State) -> bool:
+    """The liveness goal (docs/model.md): every batch in Spark's commit log, the query
+    stopped with its listener's events handled, and a new query on the app id not refused
+    (no query's decisions of a batch it did not record as committed)."""
+    return complete(inst, s) and s.drv.phase == "stopped" and not unfinished_batches(s)
+
+
 def _gc_checkpoints(s: State, q: int, before: int) -> State:
     """CheckpointStore.collect_garbage(q, before) (sinks/checkpoint.py)."""
     return s._replace(ckpts=frozenset(x for x in s.ckpts if not (x[0][0] == q
@@ -692,10 +791,11 @@ def _failure_steps(inst: Instance, s: State) -> list[Step]:
         if "driver" in kinds and d.alive:
             tasks = tuple(sorted(t._replace(zombie=True) for t in s.tasks))
             out.append(("FAILURE kill the driver (its tasks run on as zombies)", "failure",
-                        more._replace(drv=d._replace(alive=False, phase="idle", progress=-1),
+                        more._replace(drv=d._replace(alive=False, phase="idle", progress=-1,
+                                                     last=-1),
                                       tasks=tasks)))
         if "takeover" in kinds and inst.dedups and not d.alive and not d.refused \
-                and d.q == 0:
+                and d.q == 0 and d.phase != "stopped":
             # another query on the app id (a new checkpoint location resuming at the source
             # position of query 0's last commit) once query 0's lease lapsed
             out.append(("FAILURE takeover: query 1 starts on the app id at batch "

@@ -556,14 +556,14 @@ class Replay:
             return
         if label.startswith("operator restarts query 0"):
             self.setup.build_driver()
-            self._did = "query 0's driver again"
+            self._did = "query 0's driver again" + self._record_at_start(label, after)
             return
         if label.startswith("FAILURE kill the driver"):
             self._did = "the driver is gone; its tasks run on"
             return
         if label.startswith("driver restarts from its checkpoint"):
             self.setup.build_driver()
-            self._did = "new driver objects"
+            self._did = "new driver objects" + self._record_at_start(label, after)
             return
         if label.startswith("driver: Spark commits"):
             return  # Spark's commit log: nothing of ours to do
@@ -631,6 +631,19 @@ class Replay:
         if self.setup.form != "sink_only":
             RedisCatalog(self.setup.dedup).release(other)
         CheckpointStore.for_config(self.setup.sink).release_lease(other)
+
+    def _record_at_start(self, label: str, after: State) -> str:
+        """``dedup run``'s record_checkpoint_commit at a start, where the model's step does
+        it (its label says so): the catalog's record of the last batch the checkpoint
+        committed, as that function writes it (commit_progress)."""
+        m = re.search(r"record_checkpoint_commit: commit_progress\(q(\d), batch (\d+)\)", label)
+        if m is None:
+            return ""
+        from dedup.catalog import RedisCatalog
+
+        q, batch = int(m[1]), self.real_batch(int(m[1]), int(m[2]))
+        RedisCatalog(self.setup.dedup).commit_progress(self.setup.query_ids[q], batch)
+        return f", record_checkpoint_commit: commit_progress(batch {batch})"
 
     def real_batch(self, q: int, b: int) -> int:
         """Spark's batch id of the model's batch ``b`` in query ``q``: a new checkpoint

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.model.explore import BOUNDS, explore, instance
+from tests.model.explore import BOUNDS, bound_figures, explore, instance
 from tests.model.protocol import (
     CRASH_POINTS,
     FORMS,
@@ -37,6 +37,7 @@ MUTANT_CASES = {
                                            kinds=("driver", "takeover"))),
     "decisions_gc_early": ("one_pass", dict(crashes=1, zombies=0, kinds=("failpoint",))),
     "checkpoint_per_attempt": ("sink_only", dict(crashes=1, zombies=0, kinds=("failpoint",))),
+    "no_record_at_start": ("two_step", dict(crashes=1, zombies=0, kinds=("driver",))),
 }
 
 
@@ -96,6 +97,11 @@ def test_reduced_exploration_finds_no_violation(form: str, bound: str) -> None:
     assert not result.truncated, result.summary()
     assert result.ok, result.report()
     assert result.complete_states > 0 and result.states > 10_000
+    # the liveness rule (docs/model.md, "Liveness"): from every reachable state, refusals
+    # included, a failure-free path completes, stops the query and leaves a new query on
+    # the app id unrefused
+    assert result.settled_states > 0
+    assert bound_figures([result])["model_liveness_violations"] == 0
 
 
 @pytest.mark.parametrize("bound", ["ci", "ci_zombie"])
@@ -127,6 +133,47 @@ def test_the_bounds_meet_the_minimum() -> None:
         ids = [[r[0] for r in b] for b in batches]  # type: ignore[union-attr]
         assert any(len(set(b)) < len(b) for b in ids), f"{name}: no duplicate in a batch"
         assert set(ids[0]) & set(ids[1]), f"{name}: no duplicate across batches"
+
+
+def test_a_refusal_after_the_stop_is_ended_by_its_advice() -> None:
+    """The liveness rule is not vacuous: in two step, with the driver's kill after Spark's
+    commit of the last batch and before its listener's record, a new query on the app id
+    is refused after the stop (query 0 left batch 1 unfinished), and the advice's restart
+    (record_checkpoint_commit at its start) ends the refusal: every state settles."""
+    form, bound = MUTANT_CASES["no_record_at_start"]
+    inst = instance("ci", form, **bound)
+    result = explore(inst, max_seconds=120)
+    assert result.ok and result.settled_states > 0, result.report()
+    frontier, seen, advice = [initial_state(inst)], set(), []
+    while frontier:
+        s = frontier.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        for label, _, nxt in successors(inst, s):
+            if label.startswith("a new query on the app id is refused"):
+                advice.append(label)
+            frontier.append(nxt)
+    assert any("query 0 left batch 1 unfinished" in label
+               and "record_checkpoint_commit: commit_progress(q0, batch 1)" in label
+               for label in advice), advice
+
+
+def test_a_lost_progress_record_not_recorded_at_start_is_a_liveness_violation() -> None:
+    """The liveness rule can fail: without record_checkpoint_commit at a restart (the
+    mutant no_record_at_start, as a query started from a script of one's own) the
+    CHANGELOG's "a committed batch could stay unfinished for good" comes back. The driver
+    dies after Spark's commit of the last batch, before its listener records it; the
+    restarted query has nothing to run, so a new query on the app id is refused, and
+    following the refusal's advice (restart the query) refuses it again, for good."""
+    form, bound = MUTANT_CASES["no_record_at_start"]
+    result = explore(instance("ci", form, "no_record_at_start", **bound), max_seconds=120)
+    assert result.kind == "liveness", result.summary()
+    assert result.liveness_violations > 0
+    assert result.trace[-1] == "FAILURE kill the driver (its tasks run on as zombies)"
+    assert "driver: writer commit, Spark commits batch 1" in result.trace
+    assert "left batch 1 unfinished" in result.violation[0]
+    assert any("the refusal's advice" in step for step in result.after), result.report()
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
