@@ -144,6 +144,17 @@ Out = tuple[bytes | None, bytes | None, bytes | None, tuple[tuple[str, bytes | N
 """(record ID header, key, value, the case's own headers) of one output record."""
 
 
+def _nul_name(headers: Any) -> bool:
+    """Whether a header name holds a NUL: the Kafka client would cut it off there, so
+    the sink dead-letters the record (or refuses it without a dead-letter topic)."""
+    return any("\x00" in str(h["key"]) for h in headers or [])
+
+
+def _escaped(headers: Any) -> tuple[tuple[str, bytes | None], ...]:
+    return tuple((name.replace("\x00", "\\x00"), value)
+                 for name, value in _user_headers(headers))
+
+
 def expected(case: Case) -> tuple[bool, Counter[Out], Counter[Out]]:
     """(refused, output records, dead letters) the model answers for ``case``."""
     codes = [problem_code(row[0]) for row in case.rows]
@@ -155,13 +166,18 @@ def expected(case: Case) -> tuple[bool, Counter[Out], Counter[Out]]:
     for row, code in zip(case.rows, codes, strict=True):
         record_id, key, value, headers, seconds = row
         if code:
-            dead[(None, _bytes(key), _bytes(value), _user_headers(headers))] += 1
+            dead[(None, _bytes(key), _bytes(value), _escaped(headers))] += 1
             continue
         if case.event_times and _late(seconds):
             continue  # late_policy drop
         if record_id in seen:
             continue
         seen.add(record_id)
+        if _nul_name(headers):
+            if case.policy == "fail":  # that output has no dead-letter topic
+                return True, Counter(), Counter()
+            dead[(None, _bytes(key), _bytes(value), _escaped(headers))] += 1
+            continue
         out[(_bytes(record_id), _bytes(key), _bytes(value), _user_headers(headers))] += 1
     return False, out, dead
 
@@ -245,6 +261,7 @@ class RecordFuzz:
         self.check_schema = check_schema
         self.batches = {"fail": 0, "dead_letter": 0}
         self.pending: dict[int, tuple[Counter[Out], Counter[Out]]] = {}
+        self.cases: dict[int, Case] = {}  # the pending ones, for the report of a problem
         self.number = 0
         self.tally = Tally()
 
@@ -258,7 +275,7 @@ class RecordFuzz:
             retention=RetentionConfig(horizon_seconds=HORIZON, bucket_seconds=600,
                                       event_time_column="event" if case.event_times else None))
 
-    def arrow_input(self, case: Case) -> list[Any]:
+    def arrow_input(self, case: Case, number: int) -> list[Any]:
         """The partition as the one-pass task receives it: the sink's columns and the
         hidden ones the plan adds (shard, ID problem, batch time, event seconds)."""
         import pyarrow as pa
@@ -275,7 +292,7 @@ class RecordFuzz:
             "key": pa.array([row[1] for row in case.rows], payload),
             "value": pa.array([row[2] for row in case.rows], payload),
             "headers": pa.array([[*(row[3] or []), {"key": CASE_HEADER,
-                                                    "value": str(self.number).encode()}]
+                                                    "value": str(number).encode()}]
                                  for row in case.rows], header_type),
             DEFAULT_ID_COLUMN: _id_array(case),
             SHARD: pa.array([zlib.crc32(_bytes(i) or b"") % NUM_SHARDS for i in ids],
@@ -311,7 +328,8 @@ class RecordFuzz:
 
         def task() -> Any:
             config = self.dedup_config(case, number)
-            kept, _ = keep_rows(config, self.arrow_input(case), columns, f"fz-{number}", 0, 0)
+            kept, _ = keep_rows(config, self.arrow_input(case, number), columns,
+                                f"fz-{number}", 0, 0)
             batch = self.batches[case.policy]
             self.batches[case.policy] += 1  # a refused batch is not retried: skip its number
             return write_batches(sink, self.layouts[key], columns, kept, "fz-sink", batch, 0)
@@ -330,6 +348,7 @@ class RecordFuzz:
             problems.append(f"phantom: case {number} written, the model refuses it: "
                             f"{case!r:.300}")
         self.pending[number] = (out, dead)
+        self.cases[number] = case
         self.tally.add(problems)
         return problems
 
@@ -350,7 +369,7 @@ class RecordFuzz:
                 record_id = last[1] if index == 0 and last[0] == RECORD_ID_HEADER else None
                 observed.setdefault(number, (Counter(), Counter()))[index][
                     (record_id, record.key, record.value,
-                     _strip_sink_headers(record.headers))] += 1
+                     _strip_sink_headers(record.headers, index == 1))] += 1
         problems: list[str] = []
         for number, (out, dead) in sorted(self.pending.items()):
             seen_out, seen_dead = observed.pop(number, (Counter(), Counter()))
@@ -367,23 +386,19 @@ class RecordFuzz:
                                       ("phantom", phantoms)):
                     if counter:
                         problems.append(f"{kind}: case {number} {name}: "
-                                        f"{sorted(counter.items(), key=repr)!r:.300}")
+                                        f"{sorted(counter.items(), key=repr)!r:.300} "
+                                        f"of {self.cases[number]!r:.2000}")
         problems += [f"phantom: records of case {number}, checked before or unknown"
                      for number in observed]
         self.pending.clear()
+        self.cases.clear()
         self.tally.add(problems)
         return problems
 
 
-def _strip_sink_headers(headers: tuple[tuple[str, bytes | None], ...],
+def _strip_sink_headers(headers: tuple[tuple[str, bytes | None], ...], dead: bool,
                         ) -> tuple[tuple[str, bytes | None], ...]:
-    """The generated headers of a written record: the sink appends its own (the record
-    ID, on a dead letter the error) after them, and the harness its case number."""
-    kept = list(headers)
-    while kept and kept[-1][0] in (RECORD_ID_HEADER, "dedup-sink-error"):
-        kept.pop()
-    if kept and kept[-1][0] == CASE_HEADER:
-        kept.pop()
-    while kept and kept[-1][0] in (RECORD_ID_HEADER, "dedup-sink-error"):
-        kept.pop()
-    return tuple(kept)
+    """The generated headers of a written record: after them come the harness's case
+    number, on a dead letter the sink's error, and the sink's record ID (by position: a
+    generated header may have any of their names)."""
+    return tuple(headers[:-3] if dead else headers[:-2])
