@@ -33,7 +33,7 @@ def test_generated_records_are_written_once_or_refused_in_one_line(
     fuzz = RecordFuzz(kafka_bootstrap, redis_url, app_id)
     problems: list[str] = []
 
-    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(cases())
     def run(case: Case) -> None:
@@ -44,4 +44,4 @@ def test_generated_records_are_written_once_or_refused_in_one_line(
     run()
     # the output of every case, read once (a read per case would cost a second each)
     assert fuzz.check() == [] and problems == [], problems
-    assert fuzz.tally.cases >= 60 and fuzz.tally.written > 0, fuzz.tally
+    assert fuzz.tally.cases >= 150 and fuzz.tally.written > 0, fuzz.tally
