@@ -55,7 +55,7 @@ class Case:
 
 
 # ---------------------------------------------------------------- generation
-def _ids(binary: bool) -> st.SearchStrategy[Any]:
+def record_ids(binary: bool) -> st.SearchStrategy[Any]:
     # A small pool makes duplicates likely; the rest are the hostile ones.
     pool = ["a", "b", "id-1", "é", "\U0001f4a5"]
     texts = st.one_of(
@@ -101,7 +101,7 @@ def _event_times() -> st.SearchStrategy[Any]:
 def cases(draw: st.DrawFn, max_rows: int = 12) -> Case:
     binary_ids, binary_payload = draw(st.booleans()), draw(st.booleans())
     event_times = draw(st.booleans())
-    rows = draw(st.lists(st.tuples(_ids(binary_ids), _payloads(binary_payload),
+    rows = draw(st.lists(st.tuples(record_ids(binary_ids), _payloads(binary_payload),
                                    _payloads(binary_payload), _headers(),
                                    _event_times() if event_times else st.none()),
                          max_size=max_rows))

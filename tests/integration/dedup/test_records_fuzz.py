@@ -12,11 +12,15 @@ valid ID, invalid IDs per ``invalid_ids``). ``python -m benchmarks.fuzz`` runs t
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.types import LongType
 
-from benchmarks.fuzz_records import Case, RecordFuzz, cases
+from benchmarks.fuzz_records import Case, RecordFuzz, cases, problem_code, record_ids
+from dedup.ids import MAX_ID_LENGTH
 from sinks.transactions import close_clients
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.redis]
@@ -45,3 +49,26 @@ def test_generated_records_are_written_once_or_refused_in_one_line(
     # the output of every case, read once (a read per case would cost a second each)
     assert fuzz.check() == [] and problems == [], problems
     assert fuzz.tally.cases >= 150 and fuzz.tally.written > 0, fuzz.tally
+
+
+@pytest.mark.spark
+def test_the_harness_computes_the_id_problem_codes_the_jvm_does(spark: Any) -> None:
+    """The record fuzzing computes the ID problem codes in Python (no Spark): they must
+    be those of ``id_problem_column`` in the JVM for the same generated string IDs
+    (characters, not bytes, against ``MAX_ID_LENGTH``; the newline; null and empty)."""
+    from hypothesis import find
+    from pyspark.sql import functions as sf
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from dedup.partition_step import id_problem_column
+
+    # one seeded draw of many IDs (find: the first list at least this long)
+    ids = find(st.lists(record_ids(False), min_size=300, max_size=300), lambda _: True,
+               settings=settings(database=None, derandomize=True))
+    ids += ["é" * MAX_ID_LENGTH, "é" * (MAX_ID_LENGTH + 1), "\U0001f4a5" * MAX_ID_LENGTH]
+    frame = spark.createDataFrame([(i, value) for i, value in enumerate(ids)],
+                                  StructType([StructField("n", LongType()),
+                                              StructField("id", StringType())]))
+    rows = frame.select("n", id_problem_column(sf.col("id")).alias("code")).collect()
+    jvm = {row["n"]: row["code"] for row in rows}
+    assert [jvm[i] for i in range(len(ids))] == [problem_code(value) for value in ids]
