@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sinks.transactions import close_clients
 
     records = properties["records"] = {"cases": 0, "problems": Counter(), "refused": 0,
-                                       "written": 0}
+                                       "written": 0, "slowest_case_seconds": 0.0}
     lost = duplicated = phantoms = 0
     with bench_services("fuzz", kafka=True) as services:
         chunk = 0
@@ -132,12 +132,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             records["cases"] += tally.cases
             records["refused"] += tally.refused
             records["written"] += tally.written
+            records["slowest_case_seconds"] = round(max(records["slowest_case_seconds"],
+                                                        tally.slowest_seconds), 3)
             lost, duplicated = lost + tally.lost, duplicated + tally.duplicated
             phantoms += tally.phantoms
             chunk += 1
             say(f"records: {records['cases']} cases ({records['written']} records written "
                 f"and read back, {records['refused']} cases refused), lost {lost}, "
-                f"duplicated {duplicated}, phantoms {phantoms}, "
+                f"duplicated {duplicated}, phantoms {phantoms}, slowest case "
+                f"{records['slowest_case_seconds']:.2f} s, "
                 f"problems {dict(records['problems']) or 'none'}")
     total = sum(p["cases"] for p in properties.values())
     summary = figures(kinds, total, lost, duplicated, phantoms)

@@ -19,6 +19,7 @@ read back ``read_committed`` (:meth:`RecordFuzz.check`, one read for many cases)
 from __future__ import annotations
 
 import math
+import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -209,6 +210,8 @@ class Tally:
     phantoms: int = 0
     problems: Counter[str] = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
+    slowest_seconds: float = 0.0
+    """The longest one case took (decision and write): a hang would show here."""
 
     def add(self, problems: list[str]) -> None:
         for problem in problems:
@@ -336,7 +339,10 @@ class RecordFuzz:
 
         self.number += 1
         self.tally.cases += 1
+        started = time.monotonic()
         written, found = outcome(task)
+        self.tally.slowest_seconds = max(self.tally.slowest_seconds,
+                                         time.monotonic() - started)
         if written is None and not found:
             # refused in one line: right only where the model refuses too
             self.tally.refused += 1
