@@ -104,12 +104,14 @@ format is refused."""
 DIGEST_BYTES = 16
 
 
-def id_digests(ids: Sequence[str]) -> list[bytes]:
-    """The 16-byte digests (BLAKE2b-128 of the UTF-8 text) the catalog stores for ``ids``.
+def id_digests(ids: Sequence[str | bytes]) -> list[bytes]:
+    """The 16-byte digests (BLAKE2b-128 of the UTF-8 text) the catalog stores for ``ids``;
+    an ID given as bytes (``decide_partition`` takes them) is digested as it is.
 
     Pure; stable across processes, machines and releases of this format."""
     blake2b = hashlib.blake2b
-    return [blake2b(key.encode(), digest_size=DIGEST_BYTES).digest() for key in ids]
+    return [blake2b(key if isinstance(key, bytes) else key.encode(),
+                    digest_size=DIGEST_BYTES).digest() for key in ids]
 
 
 # bit-reversed bytes: spread_order sorts by the head's low bits first

@@ -88,22 +88,51 @@ def validate_app_id(app_id: object) -> str:
             "app_id is required: a stable name for this pipeline, unique among pipelines "
             "(every Redis key and Kafka transactional id is derived from it)"
         )
-    if not APP_ID_PATTERN.match(app_id):
+    # fullmatch: the pattern's $ would let a trailing newline through
+    if not APP_ID_PATTERN.fullmatch(app_id):
         raise ConfigError(
-            f"app_id {app_id!r} is invalid: use 1-100 characters of letters, digits, "
+            f"app_id {shown(app_id, 120)} is invalid: use 1-100 characters of letters, digits, "
             "'.', '_' or '-', starting with a letter or digit"
         )
     return app_id
 
 
+_PASSWORD_QUERY = re.compile(r"(?i)(password=)[^&#]*")
+
+
 def redact_url(url: str) -> str:
-    """``redis://user:secret@host`` -> ``redis://user:***@host``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    """``redis://user:secret@host`` -> ``redis://user:***@host``; also a ``password=``
+    query argument, and a malformed URL's user info (a missing ``//``, a ``/`` or ``[``
+    in the password): everything before its last ``@`` after the first ``:`` of the
+    user info is taken for a password, as a message must never show one."""
+    text = _PASSWORD_QUERY.sub(r"\1***", str(url))
+    head, at, tail = text.rpartition("@")
+    if not at:
+        return text
+    scheme, separator, userinfo = head.rpartition("://")
+    user, colon, _ = userinfo.partition(":")
+    if not colon:  # a user name only (redis://user@host): no secret
+        return text
+    return f"{scheme}{separator}{user}:***@{tail}"
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for a one-line message: URLs redacted, at most ``limit`` characters
+    (a 5,000-character value would bury the message)."""
+    text = repr(redact_url(value)) if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 5]}...{text[-1]}"
+
+
+def check_number(name: str, value: object, integer: bool = False,
+                 error: type[ConfigError] = ConfigError) -> None:
+    """Refuse a value of a numeric setting that is no number (a string, None, a bool),
+    or not finite: the range checks that follow compare it, and a comparison of the wrong
+    type is a TypeError, of NaN always false."""
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    if (isinstance(value, bool) or not isinstance(value, kinds)
+            or (isinstance(value, float) and not math.isfinite(value))):
+        what = "an integer" if integer else "a finite number"
+        raise error(f"{name} must be {what}, not {shown(value)}")
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -167,7 +196,14 @@ class RedisConfig:
     failover_wait: float = 20.0
 
     def __post_init__(self) -> None:
-        scheme = urlsplit(self.url).scheme
+        if not isinstance(self.url, str):
+            raise ConfigError(f"redis url must be a string like redis://host:6379/0, not "
+                              f"{type(self.url).__name__}")
+        try:
+            scheme = urlsplit(self.url).scheme
+        except ValueError as exc:  # an unclosed '[' (IPv6): urlsplit's own words
+            raise ConfigError(f"redis url {redact_url(self.url)!r} is malformed ({exc}): "
+                              "write it as redis://host:port/db") from exc
         if scheme not in {"redis", "rediss", "unix", *CLUSTER_SCHEMES}:
             raise ConfigError(
                 f"redis url {redact_url(self.url)!r} must start with redis://, rediss://, "
@@ -179,7 +215,19 @@ class RedisConfig:
                               "Redis Cluster URL may (redis+cluster://h1:p1,h2:p2)")
         if scheme in CLUSTER_SCHEMES:
             for host in hosts.split(","):
-                _host_port(host)
+                try:
+                    _host_port(host)
+                except ConfigError as exc:
+                    # a malformed URL's "host" may be part of its password: name the
+                    # redacted URL, not the node
+                    raise ConfigError(f"redis url {redact_url(self.url)!r} names a Redis "
+                                      "Cluster node that is not host:port: write "
+                                      "redis+cluster://host:port,host:port") from exc
+        for name in ("socket_timeout", "connect_timeout", "replica_timeout", "failover_wait"):
+            check_number(f"redis {name}", getattr(self, name))
+        if not isinstance(self.options, Mapping):
+            raise ConfigError(f"redis options must be a mapping of redis.Redis keyword "
+                              f"arguments, not {shown(self.options)}")
         if self.socket_timeout <= 0 or self.connect_timeout <= 0:
             raise ConfigError("redis socket_timeout and connect_timeout must be > 0 seconds")
         if self.wait_replicas is not None and (isinstance(self.wait_replicas, bool) or not
@@ -296,6 +344,8 @@ class BloomConfig:
     error_rate: float = 0.01
 
     def __post_init__(self) -> None:
+        check_number("bloom error_rate", self.error_rate)
+        check_number("bloom capacity", self.capacity, integer=True)
         if not 0.0 < self.error_rate < 1.0:
             raise ConfigError(f"bloom error_rate must be in (0, 1), not {self.error_rate}")
         if self.capacity < 1:
@@ -321,9 +371,9 @@ def _coerce_enum(config: Any, name: str, kind: type[StrEnum]) -> None:
     value = getattr(config, name)
     try:
         object.__setattr__(config, name, kind(value))
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # TypeError: an unhashable value (a list)
         choices = " or ".join(repr(m.value) for m in kind)
-        raise ConfigError(f"{name} must be {choices}, not {value!r}") from exc
+        raise ConfigError(f"{name} must be {choices}, not {shown(value)}") from exc
 
 
 class InvalidIdPolicy(StrEnum):
@@ -365,6 +415,11 @@ class RetentionConfig:
     late_policy: LatePolicy = LatePolicy.DROP
 
     def __post_init__(self) -> None:
+        check_number("retention horizon_seconds", self.horizon_seconds, integer=True)
+        check_number("retention bucket_seconds", self.bucket_seconds, integer=True)
+        if self.event_time_column is not None and not isinstance(self.event_time_column, str):
+            raise ConfigError(f"retention event_time_column must name a column or be None, "
+                              f"not {shown(self.event_time_column)}")
         if self.bucket_seconds < 1 or self.horizon_seconds < self.bucket_seconds:
             raise ConfigError(
                 "retention needs bucket_seconds >= 1 and horizon_seconds >= bucket_seconds "
@@ -450,6 +505,7 @@ class DedupConfig:
     def __post_init__(self) -> None:
         validate_app_id(self.app_id)
         _coerce_enum(self, "invalid_ids", InvalidIdPolicy)
+        check_number("lease_seconds", self.lease_seconds)
         if not self.lease_seconds >= 0:
             raise ConfigError(f"lease_seconds must be >= 0, not {self.lease_seconds!r}")
         if not isinstance(self.journal_versions, int) or not 1 <= self.journal_versions <= 1000:
@@ -458,5 +514,6 @@ class DedupConfig:
         if not isinstance(self.num_shards, int) or not 1 <= self.num_shards <= MAX_SHARDS:
             raise ConfigError(f"num_shards must be an integer in 1..{MAX_SHARDS}, not "
                               f"{self.num_shards!r}")
-        if not self.id_column:
-            raise ConfigError("id_column must name the record ID column")
+        if not self.id_column or not isinstance(self.id_column, str):
+            raise ConfigError(f"id_column must name the record ID column, not "
+                              f"{shown(self.id_column)}")

@@ -76,8 +76,27 @@ def id_problem_codes(ids: Sequence[Any] | np.ndarray) -> np.ndarray:
             return ID_EMPTY
         if len(key) > MAX_ID_LENGTH:
             return ID_TOO_LONG
-        return ID_NEWLINE if "\n" in key else ID_OK
+        # a binary ID column (bytes) counts bytes and looks for the newline byte, as
+        # Spark's length and instr do on binary
+        return ID_NEWLINE if (b"\n" if isinstance(key, bytes) else "\n") in key else ID_OK
     return np.fromiter((code(k) for k in ids), dtype=np.int8, count=len(ids))
+
+
+def id_values(column: Any, config: DedupConfig, where: str) -> np.ndarray:
+    """The record IDs of an Arrow column (Array or ChunkedArray) as a NumPy object array.
+
+    Spark's strings may hold bytes that are not UTF-8 (a binary cast to string);
+    pyarrow cannot make Python strings of them and raises its own ``ArrowException``.
+    That is refused here as one :class:`RecordIdError` line naming the column.
+    """
+    try:
+        return np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
+    except (pa.ArrowException, UnicodeDecodeError) as exc:
+        raise RecordIdError(
+            f"record id column {config.id_column!r} holds text that is not UTF-8 ({where}): "
+            "derive IDs with with_record_id(strategy='hash') or cast the "
+            f"column from valid text ({type(exc).__name__})"
+        ) from exc
 
 
 def raise_for_problems(config: DedupConfig, problems: np.ndarray, query_id: str,
@@ -213,7 +232,8 @@ class PartitionStep:
         """The Arrow entry point (PySpark >= 4.1): no pandas on the way in or out,
         which makes the operator's Python round trip about a quarter cheaper."""
         result = self._decide([
-            (b[0].to_numpy(zero_copy_only=False), b[1].to_numpy(zero_copy_only=False),
+            (id_values(b[0], self.config, "in this task's batch"),
+             b[1].to_numpy(zero_copy_only=False),
              b[2].to_numpy(zero_copy_only=False), b[3].to_numpy(zero_copy_only=False),
              *[a.to_numpy(zero_copy_only=False) for a in b[4:]])  # null event time: NaN
             for b in batches if len(b[0])])

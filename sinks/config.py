@@ -193,7 +193,7 @@ class SinkConfig:
             validate_app_id(self.app_id)
         except ConfigError as exc:
             raise SinkConfigError(f"option app.id: {exc}") from exc
-        if self.output_name and not _OUTPUT_NAME.match(self.output_name):
+        if self.output_name and not _OUTPUT_NAME.fullmatch(self.output_name):
             raise SinkConfigError(
                 f"option output.name={self.output_name!r} is invalid: use 1-100 letters, "
                 "digits, '.', '_' or '-', starting with a letter or digit"

@@ -269,14 +269,14 @@ def keep_rows(config: DedupConfig, received: list[Any], columns: list[str], quer
     import pyarrow as pa
 
     from dedup.metrics import INVALID_ID, KEPT, STATUS, partition_metrics
-    from dedup.partition_step import batch_clock, decide_partition
+    from dedup.partition_step import batch_clock, decide_partition, id_values
 
     if not received:
         return [], {}
     table = pa.Table.from_batches(received)
     now = batch_clock(config, float(table.column(BATCH_TIME)[0].as_py()), str(batch), partition)
     result = decide_partition(
-        config, table.column(config.id_column).to_numpy(zero_copy_only=False),
+        config, id_values(table.column(config.id_column), config, f"batch {batch}"),
         table.column(SHARD).to_numpy(), query_id, str(batch), query_id, partition,
         now=now, problems=table.column(PROBLEM).to_numpy(),
         event_seconds=(table.column(EVENT_SECONDS).to_numpy(zero_copy_only=False)

@@ -267,6 +267,11 @@ def to_records(batches: Iterable[Any], config: SinkConfig, layout: InputLayout,
                     problem = f"record ID column {config.record_id_column!r} is null or empty"
             else:
                 rid_bytes = derive_record_id(target or "", kbytes, vbytes)
+            if problem is None and any("\x00" in name for name, _ in hdr):
+                # librdkafka takes header names as C strings: it would cut this one off
+                # at the NUL and write another record than the input's
+                problem = ("a header name holds a NUL character, which the Kafka client "
+                           "cuts off")
             size = 0
             if sized and problem is None and target is not None:
                 size = record_bytes(kbytes, vbytes, hdr, rid_bytes or b"")
@@ -280,8 +285,10 @@ def to_records(batches: Iterable[Any], config: SinkConfig, layout: InputLayout,
                                          rid_bytes or b""))
                 continue
             where = f"batch {batch_id}, partition {partition_id}"
+            # a NUL in a header name written out as \x00, the one way it reaches Kafka
+            named = tuple((name.replace("\x00", "\\x00"), value) for name, value in hdr)
             letter = OutRecord(config.dead_letter_topic or "", None, kbytes, vbytes,
-                               (*hdr, (ERROR_HEADER, problem.encode())), rid_bytes or b"")
+                               (*named, (ERROR_HEADER, problem.encode())), rid_bytes or b"")
             if limit is not None:  # too large
                 name = (rid_bytes or b"").decode(errors="replace")
                 letter_size = record_bytes(kbytes, vbytes, letter.headers, letter.record_id)

@@ -10,12 +10,14 @@ under ``[dedup]``, or a table ``[dedup.bloom]``), in the same units.
 
 from __future__ import annotations
 
+import datetime
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dedup.config import BloomConfig, DedupConfig, RetentionConfig, validate_app_id
+from dedup.config import BloomConfig, DedupConfig, RetentionConfig, shown, validate_app_id
 from dedup.constants import RECORD_ID_HEADER
 from dedup.exceptions import ConfigError
 from sources.synthetic_rows import SyntheticOptions
@@ -110,12 +112,40 @@ def _typed(where: str, key: str, value: Any, default: Any) -> Any:
         expected = (int,)
     else:
         expected = (type(default),)
+    label = f"{where}.{key}" if where else key
     if not isinstance(value, expected) or (expected != (bool,) and isinstance(value, bool)):
-        label = f"{where}.{key}" if where else key
         raise ConfigError(
-            f"{label} must be a {expected[0].__name__} like {default!r}, not {value!r}"
+            f"{label} must be a {expected[0].__name__} like {default!r}, not {_shown(value)}"
         )
-    return float(value) if expected == (int, float) else value
+    if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{label} must be a list of strings like [\"a\", \"b\"], not "
+                          f"{_shown(value)}")
+    if isinstance(value, dict):
+        for name, item in _flat(value).items():
+            if not isinstance(item, (str, int, float, bool)):
+                raise ConfigError(f"{label}.{name} must be a string, number or boolean "
+                                  f"(the option's value), not {_shown(item)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{label} must be a finite number like {default!r}, not {value!r}")
+    if expected == (int, float):
+        try:
+            return float(value)
+        except OverflowError as exc:  # an integer past float's range
+            raise ConfigError(f"{label} must be a number like {default!r}, not one of "
+                              f"{len(str(value))} digits") from exc
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A wrong value in one line: a string (redacted: it may be a URL with a password)
+    or number as written, an array or table by its TOML type (it may hold secrets)."""
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, (datetime.date, datetime.time)):
+        return f"a date or time ({type(value).__name__})"
+    return shown(value)
 
 
 def _flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -142,6 +172,9 @@ def parse_pipeline(text: str, path: str = "<string>") -> PipelineFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    except ValueError as exc:  # int(): a number longer than Python reads (4300 digits)
+        raise ConfigError(f"{path} holds a number too long to read ({exc.args[0]}".split(";")[0]
+                          + "): no setting takes such a number") from exc
     top = {k: v for k, v in data.items() if not isinstance(v, dict)}
     nested = {k: v for k, v in data.items() if isinstance(v, dict)}
     _check_keys("", top, SCHEMA[""])
@@ -195,7 +228,7 @@ def check_remote_url(url: str, where: str) -> None:
     """Refuse a Spark Connect address that is not ``sc://host:port`` (empty: none given)."""
     if url and not url.startswith("sc://"):
         raise ConfigError(f"{where} must be a Spark Connect URL like sc://127.0.0.1:15002, "
-                          f"not {url!r} (a classic master such as local[2] goes in run.master "
+                          f"not {shown(url)} (a classic master such as local[2] goes in run.master "
                           "or --master)")
 
 

@@ -1,0 +1,48 @@
+"""Hostile record IDs that the record fuzzing found (issue 50), checked without services.
+
+``decide_partition`` takes IDs as str, bytes or None; its Python twin of the JVM's ID
+check and the catalog's digests took str only. A string ID column holding bytes that
+are not UTF-8 (Spark's strings may) made the one-pass step and the Arrow entry raise
+pyarrow's ``ArrowException`` ("Wrapping ... failed") instead of one refusal line.
+``benchmarks.fuzz_records`` and tests/integration/dedup/test_records_fuzz.py run the
+generated records end to end.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from dedup.catalog import id_digests
+from dedup.config import DedupConfig, RedisConfig
+from dedup.constants import DEFAULT_ID_COLUMN
+from dedup.exceptions import RecordIdError
+from dedup.ids import MAX_ID_LENGTH
+from dedup.partition_step import ID_EMPTY, ID_NEWLINE, ID_NULL, ID_OK, ID_TOO_LONG, id_problem_codes
+
+
+def test_binary_ids_get_the_problem_codes_of_the_jvm_column() -> None:
+    ids = [b"a", b"x\ny", b"", None, b"L" * (MAX_ID_LENGTH + 1), b"\xff\xfe"]
+    assert list(id_problem_codes(ids)) == [ID_OK, ID_NEWLINE, ID_EMPTY, ID_NULL, ID_TOO_LONG,
+                                           ID_OK]
+
+
+def test_a_binary_id_has_the_digest_of_its_text() -> None:
+    assert id_digests([b"a", "a"]) == id_digests(["a", "a"])
+    assert len(id_digests([b"\xff"])[0]) == 16
+
+
+def test_a_string_id_column_that_is_not_utf8_is_refused_in_one_line() -> None:
+    from sinks.dedup_foreach_batch import BATCH_TIME, PROBLEM, SHARD, keep_rows
+
+    ids = pa.array([b"ok", b"\xff\xfe"], pa.binary()).view(pa.string())
+    batch = pa.RecordBatch.from_pydict({
+        "value": pa.array([b"v1", b"v2"]), DEFAULT_ID_COLUMN: ids,
+        SHARD: pa.array([0, 0], pa.int32()), PROBLEM: pa.array([0, 0], pa.int8()),
+        BATCH_TIME: pa.array([1e9, 1e9], pa.float64())})
+    # an unreachable Redis: the refusal comes before any claim
+    config = DedupConfig(app_id="fuzz-utf8", redis=RedisConfig(url="redis://127.0.0.1:1/0"))
+    with pytest.raises(RecordIdError) as refused:
+        keep_rows(config, [batch], ["value", DEFAULT_ID_COLUMN], "q", 0, 0)
+    message = str(refused.value)
+    assert "\n" not in message and "UTF-8" in message and DEFAULT_ID_COLUMN in message
