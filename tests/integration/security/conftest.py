@@ -36,8 +36,12 @@ KAFKA_PASSWORD = "s3cr3t-K4fka-pa55"  # grep-able too
 def secured_kafka(services_dir: Path) -> Iterator[KafkaBroker]:
     """A broker whose one client listener is SASL_SSL (SCRAM-SHA-256) with TLS."""
     certs = make_certificates(services_dir / "certs")
-    broker = KafkaBroker(services_dir / "kafka-secured", heap_mb=320,
-                         scram=(KAFKA_USER, KAFKA_PASSWORD), tls=certs)
+    yield from _running(KafkaBroker(services_dir / "kafka-secured", heap_mb=320,
+                                    scram=(KAFKA_USER, KAFKA_PASSWORD), tls=certs))
+
+
+def _running(broker: KafkaBroker) -> Iterator[KafkaBroker]:
+    """``broker`` started, then stopped after the sink's cached clients are closed."""
     broker.start()
     try:
         yield broker
@@ -84,14 +88,7 @@ def locked_kafka(services_dir: Path) -> Iterator[KafkaBroker]:
     """A SASL_SSL broker with StandardAuthorizer and allow.everyone.if.no.acl.found=false:
     the admin is a super user, the pipeline's user starts with no ACL at all."""
     certs = make_certificates(services_dir / "certs")
-    broker = KafkaBroker(services_dir / "kafka-locked", heap_mb=320,
-                         scram=(ADMIN_USER, ADMIN_PASSWORD), tls=certs,
-                         users={PIPELINE_USER: PIPELINE_PASSWORD}, authorizer=True)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        from sinks.transactions import close_clients
-
-        close_clients()
-        broker.stop()
+    yield from _running(KafkaBroker(services_dir / "kafka-locked", heap_mb=320,
+                                    scram=(ADMIN_USER, ADMIN_PASSWORD), tls=certs,
+                                    users={PIPELINE_USER: PIPELINE_PASSWORD},
+                                    authorizer=True))
