@@ -622,8 +622,8 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         if authorization_error(exc) is not None:
             topics = tuple(sorted({r.topic for r in records}))
             raise _Denied(denied(
-                f"{what}: the {'marker commit' if stage == 'marker' else 'write to'} "
-                + ("" if stage == "marker" else ", ".join(repr(t) for t in topics)),
+                f"{what}: the marker commit" if stage == "marker"
+                else f"{what}: the write to " + ", ".join(repr(t) for t in topics),
                 str(authorization_error(exc)),
                 sink_needs(config, str(authorization_error(exc)), stage, topics))) from exc
         _fenced_or_abortable(exc)

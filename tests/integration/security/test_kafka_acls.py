@@ -40,7 +40,11 @@ def _admin(broker: KafkaBroker) -> Any:
 
 
 def _set_acls(broker: KafkaBroker, acls: list[KafkaAcl]) -> None:
-    """The pipeline's principal holds exactly ``acls`` afterwards (applied on the broker)."""
+    """The pipeline's principal holds exactly ``acls`` afterwards (applied on the broker).
+
+    Only the difference is applied: an ACL held before and after is never absent in
+    between (deleting all and creating them again once revoked the transactional id's
+    ACL for an instant, which a cached producer saw and died of: CI, 2026-11-29)."""
     from confluent_kafka.admin import (
         AclBindingFilter,
         AclOperation,
@@ -54,17 +58,20 @@ def _set_acls(broker: KafkaBroker, acls: list[KafkaAcl]) -> None:
     any_name: Any = None
     anything = AclBindingFilter(ResourceType.ANY, any_name, ResourcePatternType.ANY, PRINCIPAL,
                                 any_name, AclOperation.ANY, AclPermissionType.ANY)
-    for future in admin.delete_acls([anything]).values():
-        future.result(30)
-    if acls:
-        for future in admin.create_acls(
-                [acl.binding(PRINCIPAL) for acl in acls]).values():
+    wanted = {acl.binding(PRINCIPAL) for acl in acls}
+    held = set(admin.describe_acls(anything).result(30))
+    gone = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
+                             b.operation, b.permission_type) for b in held - wanted]
+    if gone:
+        for future in admin.delete_acls(gone).values():
+            future.result(30)
+    if wanted - held:
+        for future in admin.create_acls(list(wanted - held)).values():
             future.result(30)
     # The authorizer applies ACLs from the metadata log, after the call returns.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        held = admin.describe_acls(anything).result(30)
-        if len(held) == len(acls):
+        if set(admin.describe_acls(anything).result(30)) == wanted:
             break
         time.sleep(0.1)
     time.sleep(0.5)
