@@ -63,7 +63,7 @@ PAGES = OWN_PAGES + sorted((ROOT / "benchmarks" / "results").glob("*.md"))
 # The two commands CI (.ci/run) and the hooks find in README, as fenced blocks.
 COMMANDS = ("bash dedup/local/setup.sh && .venv/bin/dedup demo",
             "bash dedup/local/setup.sh && "
-            '.venv/bin/python -m pytest -m "not chaos and not cluster"',
+            '.venv/bin/python -m pytest -m "not chaos and not cluster and not connect"',
             '.venv/bin/python -m pytest -m "chaos or cluster" && '
             ".venv/bin/python -m pytest -p no:cacheprovider tests/integration/connect")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")

@@ -23,7 +23,7 @@ import pytest
 from dedup.cli.run import EXIT_INCOMPLETE
 from tests.integration.cli.jars import jar_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
+pytestmark = [pytest.mark.integration, pytest.mark.connect, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis]
 
 PIPELINE = """\

@@ -34,7 +34,7 @@ from tests.integration.sinks.pipeline import (
     sink_options,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
+pytestmark = [pytest.mark.integration, pytest.mark.connect, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis]
 
 

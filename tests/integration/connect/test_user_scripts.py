@@ -41,7 +41,7 @@ from dedup.local.paths import repo_root
 from sinks.kafka_io import ensure_topic
 from tests.integration.sinks.pipeline import check_exact
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
+pytestmark = [pytest.mark.integration, pytest.mark.connect, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis]
 
 # How long a script may take to exit after printing its last line.
