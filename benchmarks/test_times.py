@@ -1,0 +1,186 @@
+"""Where the test suite's time goes: each tier's minutes and each test function's seconds.
+
+Issue 52. Runs each tier of CI (``.ci/run``) as its command does, serially, with a
+junit XML, and writes ``benchmarks/results/test_times.json``: per tier the wall
+minutes, the counts of passed / failed / skipped tests and the seconds of every
+test function (its parametrized cases summed, set-up and teardown included), with
+date, machine and commit. ``summary.json`` gets ``test_command_minutes``,
+``ci_minutes`` (set-up and every tier) and ``tests_passed``.
+
+``tests/unit/test_test_times.py`` reads the file: each tier within its budget
+(:data:`BUDGET_MINUTES`), and every test function of the tree recorded, so that a new
+test is timed when it is added (``--only`` times it alone and merges its seconds)::
+
+    python -m benchmarks.test_times                       # every tier (about an hour)
+    python -m benchmarks.test_times --tier connect        # one tier; the others kept
+    python -m benchmarks.test_times --only tests/unit/test_new.py   # new tests only
+    python -m benchmarks.test_times --junit test_command=run.xml --wall test_command=1500
+                                                          # a run made elsewhere
+
+Safe to repeat: each run replaces what it measured and keeps the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS_DIR, merge_summary, run_metadata, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = "test_times.json"
+
+TIERS: dict[str, list[str]] = {
+    "test_command": ["-m", "not chaos and not cluster and not connect"],
+    "long": ["-m", "chaos or cluster"],
+    "connect": ["-p", "no:cacheprovider", "tests/integration/connect"],
+}
+"""Each tier's pytest arguments, as README's commands and ``.ci/run`` give them (a unit
+test checks that they do)."""
+
+BUDGET_MINUTES: dict[str, float] = {"test_command": 30.0, "long": 32.0, "connect": 12.0,
+                                    "ci": 75.0}
+"""What each tier may take on the 2-core machine before ``tests/unit/test_test_times.py``
+fails: the recorded wall time and the recorded tests' seconds summed. Lower them
+as the suite gets faster, never raise them to let a slow test in (make it faster,
+or move what it guards into a cheaper test); ``ci`` is set-up plus every tier."""
+
+TARGET_MINUTES: dict[str, float] = {"test_command": 12.0, "long+connect": 23.0, "ci": 35.0}
+"""Issue 52's goal, which the budgets move toward (docs/development.md)."""
+
+
+def test_functions(root: Path = ROOT) -> set[str]:
+    """Every test function of the tree as ``path::name`` (``path::Class::name`` in a
+    class), found by reading the files, not by importing them. Pure."""
+    found: set[str] = set()
+    for path in sorted((root / "tests").rglob("test_*.py")):
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) \
+                    and node.name.startswith("test"):
+                found.add(f"{rel}::{node.name}")
+            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+                found.update(f"{rel}::{node.name}::{item.name}" for item in node.body
+                             if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                             and item.name.startswith("test"))
+    return found
+
+
+def _key(classname: str, name: str, root: Path) -> str:
+    """The ``path::[Class::]function`` of a junit test case."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = Path(root, *parts[:cut]).with_suffix(".py")
+        if path.exists():
+            inner = [*parts[cut:], name.split("[")[0]]
+            return "::".join([path.relative_to(root).as_posix(), *inner])
+    return f"{classname}::{name.split('[')[0]}"
+
+
+def read_junit(xml_text: str, root: Path = ROOT) -> dict[str, Any]:
+    """``{"seconds_by_test", "passed", "failed", "skipped"}`` of a junit XML. Pure."""
+    seconds: dict[str, float] = {}
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        key = _key(case.get("classname", ""), case.get("name", ""), root)
+        seconds[key] = round(seconds.get(key, 0.0) + float(case.get("time") or 0.0), 2)
+        tags = {child.tag for child in case}
+        outcome = "failed" if tags & {"failure", "error"} else \
+            "skipped" if "skipped" in tags else "passed"
+        counts[outcome] += 1
+    return {"seconds_by_test": seconds, **counts}
+
+
+def _run(args: list[str], timeout: float) -> tuple[str, float, int]:
+    """pytest with ``args`` in a process of its own: (junit XML, wall seconds, exit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        xml_path = Path(tmp) / "tests.xml"
+        started = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "pytest", *args, "-q",
+                              f"--junitxml={xml_path}"], cwd=ROOT, check=False,
+                             timeout=timeout)
+        wall = time.monotonic() - started
+        return (xml_path.read_text() if xml_path.exists() else ""), wall, run.returncode
+
+
+def load(path: Path | None = None) -> dict[str, Any]:
+    """The recorded times (``{}`` when none are)."""
+    path = path or RESULTS_DIR / RESULT
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def totals(data: dict[str, Any]) -> dict[str, Any]:
+    """The summary figures of recorded times (None where a tier is missing). Pure."""
+    tiers = data.get("tiers", {})
+    minutes = {name: tiers[name]["minutes"] for name in TIERS if name in tiers}
+    whole = len(minutes) == len(TIERS) and "setup_minutes" in data
+    return {
+        "test_command_minutes": minutes.get("test_command"),
+        "ci_minutes": round(sum(minutes.values()) + data["setup_minutes"], 1) if whole else None,
+        "tests_passed": sum(tiers[name]["passed"] for name in minutes) if whole else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tier", action="append", choices=sorted(TIERS),
+                        help="run this tier (repeatable; default: every tier)")
+    parser.add_argument("--only", nargs="+", metavar="TEST",
+                        help="time these tests alone and merge their seconds (no tier minutes)")
+    parser.add_argument("--junit", action="append", default=[], metavar="TIER=XML",
+                        help="read a tier's junit XML of a run made elsewhere")
+    parser.add_argument("--wall", action="append", default=[], metavar="TIER=SECONDS",
+                        help="the wall seconds of a --junit tier's run")
+    parser.add_argument("--setup-seconds", type=float,
+                        help="set-up's seconds on a fresh clone (setup.sh), for ci_minutes")
+    parser.add_argument("--timeout", type=float, default=3 * 3600.0)
+    args = parser.parse_args(argv)
+    data = load()
+    data.setdefault("tiers", {})
+    exit_code = 0
+    if args.only:
+        xml, _, exit_code = _run(["-p", "no:cacheprovider", *args.only], args.timeout)
+        for tier in data["tiers"].values():
+            for key in read_junit(xml)["seconds_by_test"]:
+                tier["seconds_by_test"].pop(key, None)
+        tier_name = "connect" if all("integration/connect" in t for t in args.only) \
+            else "test_command"
+        data["tiers"].setdefault(tier_name, {"seconds_by_test": {}})
+        data["tiers"][tier_name]["seconds_by_test"].update(read_junit(xml)["seconds_by_test"])
+    walls = dict(item.split("=", 1) for item in args.wall)
+    for item in args.junit:
+        name, path = item.split("=", 1)
+        data["tiers"][name] = {**read_junit(Path(path).read_text()),
+                               "minutes": round(float(walls[name]) / 60, 1)}
+    for name in args.tier or ([] if args.only or args.junit else list(TIERS)):
+        print(f"test_times: tier {name}: pytest {' '.join(TIERS[name])}", flush=True)
+        xml, wall, code = _run(TIERS[name], args.timeout)
+        exit_code = exit_code or code
+        data["tiers"][name] = {**read_junit(xml), "minutes": round(wall / 60, 1)}
+        print(f"test_times: tier {name}: {wall / 60:.1f} min, exit {code}", flush=True)
+    if args.setup_seconds is not None:
+        data["setup_minutes"] = round(args.setup_seconds / 60, 1)
+    data["metadata"] = {**run_metadata(), "commit": _commit()}
+    write_json(RESULT, data)
+    figures = {k: v for k, v in totals(data).items() if v is not None}
+    merge_summary(figures)
+    print(json.dumps(figures))
+    return exit_code
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False).stdout.strip()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

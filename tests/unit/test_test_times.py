@@ -1,0 +1,83 @@
+"""The suite's time within its budgets, and every test timed when it is added (issue 52).
+
+Reads ``benchmarks/results/test_times.json`` (``python -m benchmarks.test_times``);
+no test here times anything itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks import test_times as times
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "benchmarks" / "results" / times.RESULT
+
+
+@pytest.fixture(scope="module")
+def record() -> dict:  # type: ignore[type-arg]
+    assert RECORD.exists(), "no recorded test times: run python -m benchmarks.test_times"
+    return times.load(RECORD)
+
+
+def test_every_tier_is_recorded_within_its_budget(record: dict) -> None:  # type: ignore[type-arg]
+    tiers = record["tiers"]
+    assert set(tiers) == set(times.TIERS), sorted(tiers)
+    for name, tier in tiers.items():
+        assert tier["minutes"] <= times.BUDGET_MINUTES[name], (
+            f"tier {name} took {tier['minutes']} min, its budget is "
+            f"{times.BUDGET_MINUTES[name]}: make the slow tests faster (docs/development.md)")
+        summed = sum(tier["seconds_by_test"].values()) / 60
+        assert summed <= times.BUDGET_MINUTES[name], (
+            f"the recorded tests of tier {name} sum to {summed:.1f} min, over its budget "
+            f"of {times.BUDGET_MINUTES[name]}: the newest are the slow ones")
+        assert tier["failed"] == 0, f"the recorded run of tier {name} had failures"
+    ci = times.totals(record)["ci_minutes"]
+    assert ci is not None and ci <= times.BUDGET_MINUTES["ci"], ci
+
+
+def test_every_test_function_has_recorded_seconds(record: dict) -> None:  # type: ignore[type-arg]
+    recorded = {key for tier in record["tiers"].values() for key in tier["seconds_by_test"]}
+    missing = sorted(times.test_functions(ROOT) - recorded)
+    assert not missing, (
+        f"{len(missing)} test functions have no recorded time, e.g. {missing[:3]}: run "
+        "python -m benchmarks.test_times --only <their files> and commit "
+        "benchmarks/results/test_times.json")
+
+
+def test_the_tiers_are_the_commands_of_readme_and_ci() -> None:
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    for name, args in times.TIERS.items():
+        shown = " ".join(f'"{a}"' if " " in a else a for a in args)
+        assert f"pytest {shown}" in readme and f"pytest {shown}" in ci, (name, shown)
+
+
+def test_the_connect_marker_is_on_every_connect_test_and_only_there() -> None:
+    """README's test command leaves out the Connect tier by its marker (its tests need a
+    process without a classic session, and run in CI's last command)."""
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        marks = ""
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+                marks = ast.unparse(node.value)
+        inside = "tests/integration/connect/" in path.as_posix()
+        assert bool(re.search(r"pytest\.mark\.connect\b", marks)) == inside, path
+
+
+def test_the_record_reads_junit_cases_per_function() -> None:
+    xml = ('<testsuites><testsuite>'
+           '<testcase classname="tests.unit.test_test_times" name="test_a[x]" time="1.5"/>'
+           '<testcase classname="tests.unit.test_test_times" name="test_a[y]" time="2.0">'
+           '<skipped message="no"/></testcase>'
+           '<testcase classname="tests.unit.test_test_times" name="test_b" time="0.25">'
+           '<failure message="boom"/></testcase></testsuite></testsuites>')
+    read = times.read_junit(xml, ROOT)
+    assert read["seconds_by_test"] == {"tests/unit/test_test_times.py::test_a": 3.5,
+                                       "tests/unit/test_test_times.py::test_b": 0.25}
+    assert (read["passed"], read["skipped"], read["failed"]) == (1, 1, 1)
