@@ -88,12 +88,15 @@ def test_switching_forms_mid_batch_with_an_event_time_column_is_exact(
     checkpoint. One pass hands the sink the event-time column beside key, value and ID,
     two steps do not; the replay of the stalled partition's checkpoint must not be
     refused for a column the sink does not read (issue 33, finding 3)."""
-    import time
-
     from dedup.cli.pipeline import Addresses, start_query
     from dedup.failpoints import arm, fired
     from tests.integration.cli.runs import run_to_end
-    from tests.integration.sinks.pipeline import check_exact, fill_input, wait_for
+    from tests.integration.sinks.pipeline import (
+        check_exact,
+        fill_input,
+        wait_for,
+        wait_for_the_stalled_task_alone,
+    )
 
     faults = str(tmp_path / "faults")
     topics, expected = fill_input(kafka_bootstrap, app_id, records=400, duplicates=40)
@@ -119,7 +122,8 @@ def test_switching_forms_mid_batch_with_an_event_time_column_is_exact(
     try:
         assert wait_for(lambda: bool(fired(faults, "sink.after_checkpoint")), timeout=120), \
             "the stalled fail-point never fired"
-        time.sleep(4.0)  # partitions 0-2 of batch 1 finish their commits
+        # the other partitions of batch 1 finish their commits (fail-point: 30 s)
+        wait_for_the_stalled_task_alone(spark, timeout=25)
     finally:
         first.stop()
     partial = check_exact(kafka_bootstrap, topics.out, expected)

@@ -12,7 +12,6 @@ are in docs/operational-changes.md ("Every name, its verdict").
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +28,7 @@ from tests.integration.sinks.pipeline import (
     fill_input,
     resend_copies,
     wait_for,
+    wait_for_the_stalled_task_alone,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka,
@@ -78,7 +78,8 @@ def _partial_batch(spark: Any, pipeline: Any, addresses: Addresses, checkpoint: 
                  timeout=300)
         assert fired(faults, "sink.after_checkpoint"), \
             f"the stalled fail-point never fired: {query.exception()} {query.lastProgress}"
-        time.sleep(4.0)  # the other partitions of batch 1 finish their commits
+        # the other partitions of batch 1 finish their commits (fail-point: 30 s)
+        wait_for_the_stalled_task_alone(spark, timeout=25)
     finally:
         query.stop()
 
@@ -194,7 +195,8 @@ def test_a_dedup_step_added_to_a_kept_checkpoint_is_refused_at_start(
                         tmp_checkpoint, fail_point_dir=faults)
     try:
         assert wait_for(lambda: bool(fired(faults, "sink.after_checkpoint")), timeout=150)
-        time.sleep(4.0)
+        # the other partitions of batch 1 finish their commits (fail-point: 30 s)
+        wait_for_the_stalled_task_alone(spark, timeout=25)
     finally:
         query.stop()
     written = len(read_output(kafka_bootstrap, topics.out))

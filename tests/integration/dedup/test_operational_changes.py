@@ -34,6 +34,7 @@ from tests.integration.sinks.pipeline import (
     run_to_end,
     sink_options,
     wait_for,
+    wait_for_the_stalled_task_alone,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.redis]
@@ -207,7 +208,8 @@ def test_restart_with_fewer_shuffle_partitions_after_a_partial_batch_is_exact(
     try:
         assert wait_for(lambda: bool(fired(faults, "sink.after_checkpoint")), timeout=120), \
             "the stalled fail-point never fired"
-        time.sleep(4.0)  # partitions 0-2 of batch 1 finish their commits
+        # the other partitions of batch 1 finish their commits (fail-point: 30 s)
+        wait_for_the_stalled_task_alone(spark, timeout=25)
     finally:
         query.stop()
     with shuffle_partitions(spark, 2):
@@ -294,7 +296,8 @@ def test_switching_between_two_step_and_one_pass_after_a_partial_batch_is_exact(
     try:
         assert wait_for(lambda: bool(fired(faults, stall)), timeout=120), \
             "the stalled fail-point never fired"
-        time.sleep(4.0)  # partitions 0-2 of batch 1 finish their commits
+        # the other partitions of batch 1 finish their commits (fail-point: 30 s)
+        wait_for_the_stalled_task_alone(spark, timeout=25)
     finally:
         query.stop()
     partial = check_exact(kafka_bootstrap, topics.out, expected)

@@ -9,6 +9,7 @@ so the expected output is still "one copy of each record ID".
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -206,6 +207,25 @@ def wait_for(predicate: Any, timeout: float = 30.0) -> bool:
         if predicate():
             return True
         time.sleep(0.2)
+    return False
+
+
+def wait_for_the_stalled_task_alone(spark: Any, timeout: float = 60.0) -> bool:
+    """Wait until the one task held at a fail-point is all that still runs of the active
+    stages: every other task of the batch, its commit included, has finished. Reads
+    Spark's status tracker (the classic session of the tests), instead of sleeping a
+    guess."""
+    tracker = spark.sparkContext.statusTracker()
+
+    def alone() -> bool:
+        stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+        stages = [s for s in stages if s is not None]
+        return (sum(s.numActiveTasks for s in stages) == 1
+                and all(s.numCompletedTasks + s.numActiveTasks >= s.numTasks for s in stages))
+
+    if wait_for(alone, timeout):
+        return True
+    logging.getLogger(__name__).warning("the stalled task was not alone within %s s", timeout)
     return False
 
 
