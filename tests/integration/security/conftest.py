@@ -81,6 +81,8 @@ ADMIN_USER = "dedup-admin"  # the locked broker's super user and inter-broker pr
 ADMIN_PASSWORD = "s3cr3t-Adm1n-pa55"
 PIPELINE_USER = "dedup-pipeline"  # no super user: only the ACLs a test grants it
 PIPELINE_PASSWORD = "s3cr3t-P1pe-pa55"
+TENANT_USER = "dedup-tenant-a"  # another team's pipeline on the same broker (issue 50)
+TENANT_PASSWORD = "s3cr3t-T3nant-pa55"
 
 
 @pytest.fixture(scope="session")
@@ -90,5 +92,6 @@ def locked_kafka(services_dir: Path) -> Iterator[KafkaBroker]:
     certs = make_certificates(services_dir / "certs")
     yield from _running(KafkaBroker(services_dir / "kafka-locked", heap_mb=320,
                                     scram=(ADMIN_USER, ADMIN_PASSWORD), tls=certs,
-                                    users={PIPELINE_USER: PIPELINE_PASSWORD},
+                                    users={PIPELINE_USER: PIPELINE_PASSWORD,
+                                           TENANT_USER: TENANT_PASSWORD},
                                     authorizer=True))
