@@ -9,6 +9,7 @@ optionally, a probe of partitions ``0..n-1``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -306,9 +307,17 @@ def abort_transactions(bootstrap: str, app_id: str, partitions: list[int] | None
         try:
             producer.init_transactions(TIMEOUT_S)
         except KafkaException as exc:
+            refused = authorization_error(exc)
+            if refused is not None:
+                raise denied(f"the abort of transactional id {txn_id!r}", refused, [
+                    acl for acl in required_acls(app_id, "-", output_name=output_name)
+                    if acl.resource_type == "TRANSACTIONAL_ID"]) from exc
             raise KafkaUnavailableError(f"could not abort transactions of {txn_id}: {exc}") \
                 from exc
         finally:
-            producer.flush(0)
+            # a producer the broker refused is fatal: its flush raises that again,
+            # which must not hide the error above
+            with contextlib.suppress(KafkaException):
+                producer.flush(0)
         done.append(txn_id)
     return done

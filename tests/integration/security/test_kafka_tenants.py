@@ -95,7 +95,7 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
         try:
             producer.init_transactions(TIMEOUT_S)
         finally:
-            producer.close(0)
+            producer.close()
         return "B's producer fenced"
 
     def produce_to_b() -> Any:
@@ -104,7 +104,7 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
         producer.produce(topic_b, b"forged", key=b"k",
                          on_delivery=lambda err, _msg: failures.append(err) if err else None)
         left = producer.flush(TIMEOUT_S)
-        producer.close(0)
+        producer.close()
         if failures or left:
             raise RuntimeError(f"not delivered: {failures or 'timed out'}")
         return "a record in B's output"
