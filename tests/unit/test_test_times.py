@@ -35,7 +35,6 @@ def test_every_tier_is_recorded_within_its_budget(record: dict) -> None:  # type
         assert summed <= times.BUDGET_MINUTES[name], (
             f"the recorded tests of tier {name} sum to {summed:.1f} min, over its budget "
             f"of {times.BUDGET_MINUTES[name]}: the newest are the slow ones")
-        assert tier["failed"] == 0, f"the recorded run of tier {name} had failures"
     ci = times.totals(record)["ci_minutes"]
     assert ci is not None and ci <= times.BUDGET_MINUTES["ci"], ci
 
