@@ -41,6 +41,9 @@ from dedup.local.paths import repo_root
 from sinks.kafka_io import ensure_topic
 from tests.integration.sinks.pipeline import check_exact
 
+PARENT_CONNECT_ENV = frozenset({"SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_REMOTE",
+                                "SPARK_CONNECT_AUTHENTICATE_TOKEN"})
+
 pytestmark = [pytest.mark.integration, pytest.mark.connect, pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.redis]
 
@@ -207,7 +210,11 @@ def test_a_users_script_runs_to_its_end_and_exits(
     query_id = app if stop else f"{app}-q"
     script = tmp_path / "script.py"
     script.write_text(script_text(form, mode, stop))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+    # a user's shell, not this pytest's: PySpark marks the process that started the
+    # Connect tier's session as a Connect client (SPARK_CONNECT_MODE_ENABLED and the
+    # like), which a child inheriting it would take for its own mode
+    env = {**{k: v for k, v in os.environ.items() if k not in PARENT_CONNECT_ENV},
+           "PYSPARK_PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(repo_root()), os.environ.get("PYTHONPATH", "")])}
     exit_s, code, stdout, stderr = _run(
         script, [app, redis_url, kafka_bootstrap, source, out, query_id,
