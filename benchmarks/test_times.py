@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS_DIR, merge_summary, run_metadata, write_json
+from benchmarks.connect_forms import commit
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = "test_times.json"
@@ -153,13 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     exit_code = 0
     if args.only:
         xml, _, exit_code = _run(["-p", "no:cacheprovider", *args.only], args.timeout)
+        timed = read_junit(xml)["seconds_by_test"]
         for tier in data["tiers"].values():
-            for key in read_junit(xml)["seconds_by_test"]:
+            for key in timed:
                 tier["seconds_by_test"].pop(key, None)
         tier_name = "connect" if all("integration/connect" in t for t in args.only) \
             else "test_command"
         data["tiers"].setdefault(tier_name, {"seconds_by_test": {}})
-        data["tiers"][tier_name]["seconds_by_test"].update(read_junit(xml)["seconds_by_test"])
+        data["tiers"][tier_name]["seconds_by_test"].update(timed)
     walls = dict(item.split("=", 1) for item in args.wall)
     for item in args.junit:
         name, path = item.split("=", 1)
@@ -176,17 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         data["setup_minutes"] = round(args.setup_seconds / 60, 1)
     if args.note:
         data["note"] = args.note
-    data["metadata"] = {**run_metadata(), "commit": _commit()}
+    data["metadata"] = {**run_metadata(), "commit": commit()}
     write_json(RESULT, data)
     figures = {k: v for k, v in totals(data).items() if v is not None}
     merge_summary(figures)
     print(json.dumps(figures))
     return exit_code
-
-
-def _commit() -> str:
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False).stdout.strip()
 
 
 if __name__ == "__main__":

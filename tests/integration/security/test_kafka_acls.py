@@ -39,8 +39,9 @@ def _admin(broker: KafkaBroker) -> Any:
     return AdminClient({"bootstrap.servers": broker.bootstrap_servers, **broker.client_config})
 
 
-def _set_acls(broker: KafkaBroker, acls: list[KafkaAcl]) -> None:
-    """The pipeline's principal holds exactly ``acls`` afterwards (applied on the broker).
+def _set_acls(broker: KafkaBroker, acls: list[KafkaAcl], principal: str = PRINCIPAL) -> None:
+    """``principal`` (the pipeline's) holds exactly ``acls`` afterwards (applied on the
+    broker).
 
     Only the difference is applied: an ACL held before and after is never absent in
     between (deleting all and creating them again once revoked the transactional id's
@@ -56,9 +57,9 @@ def _set_acls(broker: KafkaBroker, acls: list[KafkaAcl]) -> None:
     admin = _admin(broker)
     # None: any resource name, any host (the stubs want str)
     any_name: Any = None
-    anything = AclBindingFilter(ResourceType.ANY, any_name, ResourcePatternType.ANY, PRINCIPAL,
+    anything = AclBindingFilter(ResourceType.ANY, any_name, ResourcePatternType.ANY, principal,
                                 any_name, AclOperation.ANY, AclPermissionType.ANY)
-    wanted = {acl.binding(PRINCIPAL) for acl in acls}
+    wanted = {acl.binding(principal) for acl in acls}
     held = set(admin.describe_acls(anything).result(30))
     gone = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
                              b.operation, b.permission_type) for b in held - wanted]

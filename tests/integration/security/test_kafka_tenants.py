@@ -22,10 +22,10 @@ from tests.integration.security.conftest import TENANT_USER
 from tests.integration.security.test_kafka_acls import (
     PARTITIONS,
     _acls,
-    _admin,
     _config,
     _expected,
     _output_topic,
+    _records,
     _report,
     _run,
     _set_acls,
@@ -44,27 +44,13 @@ visible to A)."""
 @pytest.fixture
 def tenant_acls(locked_kafka: KafkaBroker, app_id: str) -> Iterator[str]:
     """Tenant A's app id, with the documented ACLs of it granted to A; removed after."""
-    from confluent_kafka.admin import (
-        AclBindingFilter,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-    )
-
     from sinks.transactions import close_clients
 
     app_a = f"{app_id}-a"
-    admin = _admin(locked_kafka)
-    for future in admin.create_acls([acl.binding(TENANT) for acl in _acls(app_a)]).values():
-        future.result(30)
+    _set_acls(locked_kafka, _acls(app_a), principal=TENANT)
     yield app_a
     close_clients()
-    any_name: Any = None
-    everything = AclBindingFilter(ResourceType.ANY, any_name, ResourcePatternType.ANY, TENANT,
-                                  any_name, AclOperation.ANY, AclPermissionType.ANY)
-    for future in admin.delete_acls([everything]).values():
-        future.result(30)
+    _set_acls(locked_kafka, [], principal=TENANT)
     _set_acls(locked_kafka, [])
 
 
@@ -81,6 +67,7 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
               topic_b: str) -> list[tuple[str, Callable[[], Any]]]:
     """What A tries on B's app id, each a call that returns what it got through."""
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
 
     from sinks.admin import abort_transactions, list_transactions
     from sinks.records import OutRecord
@@ -89,6 +76,7 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
     a = dict(broker.user_config(TENANT_USER))
     servers = {"bootstrap.servers": broker.bootstrap_servers, **a}
     marker_group = f"{app_b}.sink.p0"
+    admin_a = AdminClient(servers)  # one, kept: a collected client cancels its futures
 
     def fence_b() -> Any:
         producer = Producer({**servers, "transactional.id": f"{app_b}.p0"})
@@ -128,26 +116,26 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
         request = ConsumerGroupTopicPartitions(
             # on A's own marker topic, which A may read: only the group's ACL stands between
             marker_group, [TopicPartition(f"{app_a}-markers", 0, 99)])
-        for future in _admin_a().alter_consumer_group_offsets([request]).values():
+        for future in admin_a.alter_consumer_group_offsets([request]).values():
             future.result(TIMEOUT_S)
         return "B's marker moved to batch 99"
 
     def read_marker() -> Any:
         request = ConsumerGroupTopicPartitions(marker_group)
-        for future in _admin_a().list_consumer_group_offsets([request]).values():
+        for future in admin_a.list_consumer_group_offsets([request]).values():
             offsets = future.result(TIMEOUT_S)
             if any(tp.offset >= 0 for tp in offsets.topic_partitions):
                 return "B's marker read"
         return None
 
     def delete_markers() -> Any:
-        for future in _admin_a().delete_consumer_groups([marker_group],
+        for future in admin_a.delete_consumer_groups([marker_group],
                                                         request_timeout=TIMEOUT_S).values():
             future.result(TIMEOUT_S)
         return "B's marker group deleted"
 
     def delete_output() -> Any:
-        for future in _admin_a().delete_topics([topic_b],
+        for future in admin_a.delete_topics([topic_b],
                                                operation_timeout=TIMEOUT_S).values():
             future.result(TIMEOUT_S)
         return "B's output topic deleted"
@@ -156,7 +144,7 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
         from sinks.acls import KafkaAcl
 
         acl = KafkaAcl("GROUP", f"{app_b}.sink.", "PREFIXED", "READ", "sink")
-        for future in _admin_a().create_acls([acl.binding(TENANT)]).values():
+        for future in admin_a.create_acls([acl.binding(TENANT)]).values():
             future.result(TIMEOUT_S)
         return "A granted itself B's groups"
 
@@ -166,7 +154,8 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
         return f"B's transactions listed: {found}" if found else None
 
     def abort_b() -> Any:
-        return f"B's transactions aborted: {abort_transactions(broker.bootstrap_servers, app_b, [0], client_config=a)}"  # noqa: E501
+        aborted = abort_transactions(broker.bootstrap_servers, app_b, [0], client_config=a)
+        return f"B's transactions aborted: {aborted}"
 
     def write_as_b() -> Any:
         from dataclasses import replace
@@ -178,13 +167,6 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
         write_partition(config, [OutRecord(topic_b, 0, b"k", b"forged", (), b"forged-id")],
                         "tenant-a-query", 5, 0)
         return "a batch written as B's sink"
-
-    from confluent_kafka.admin import AdminClient
-
-    admin_a = AdminClient(servers)  # one, kept: a collected client cancels its futures
-
-    def _admin_a() -> Any:
-        return admin_a
 
     return [("init B's transactional id", fence_b), ("produce to B's output", produce_to_b),
             ("read B's output", read_b), ("move B's batch marker", forge_marker),
@@ -237,8 +219,6 @@ def test_a_tenant_can_touch_nothing_of_another_tenants_sink(
 def _run_more(broker: KafkaBroker, app_b: str) -> None:
     """B's batch 2 on every partition, as its running query would write it."""
     from sinks.transactions import write_partition
-    from tests.integration.security.test_kafka_acls import _records
-
     config = _config(broker, app_b)
     for partition in range(PARTITIONS):
         write_partition(config, _records(str(config.topic), 2, partition), "query-1", 2,
