@@ -1,7 +1,11 @@
 """The CI subset of the chaos matrix: every fault kind once, each confirmed, output exact.
 
 Half of the kinds run the one-pass pipeline (``+one_pass`` in the test id), the
-others the two-step one.
+others the two-step one. A kind whose fault a dedicated test of CI's commands
+already injects (:data:`GUARDED_IN_CI`: a lost Spark worker or executor, a
+killed Kafka leader or coordinator or Redis Cluster primary, expired batch
+markers) is left to that test here, for CI's time (issue 52: 8 of the tier's
+44 minutes); the full matrices run every kind.
 
 The full matrices (200+ crash runs, and the operational kinds) are
 ``python -m benchmarks.chaos [--operational]``; this runs the same code for
@@ -39,6 +43,34 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.slow]
 SPECS = [replace(s, variant="one_pass")
          if i % 2 == 0 and s.kind not in TWO_STEP_ONLY_KINDS else s
          for i, s in enumerate(schedule(len(FAULT_KINDS), seed=7))]
+# Kind -> the tests of CI's commands that inject the same fault into a running
+# pipeline and check its output exact (tests/unit/test_test_times.py checks that
+# each exists and is in CI's tiers). The full matrices still run these kinds.
+GUARDED_IN_CI: dict[str, tuple[str, ...]] = {
+    "executor_kill": (
+        "tests/integration/cluster/test_spark_standalone.py::"
+        "test_a_lost_worker_mid_batch_changes_nothing",
+        "tests/integration/cluster/test_cluster_deploy.py::"
+        "test_a_packed_venv_in_archives_survives_a_lost_worker_mid_transaction"),
+    "spark_worker_kill": (
+        "tests/integration/cluster/test_spark_standalone.py::"
+        "test_a_lost_worker_mid_batch_changes_nothing",),
+    "kafka_leader_kill": (
+        "tests/integration/cluster/test_kafka_cluster.py::test_leader_killed_mid_write",),
+    "kafka_coordinator_kill": (
+        "tests/integration/cluster/test_kafka_cluster.py::"
+        "test_coordinator_killed_before_commit",),
+    "redis_primary_kill": (
+        "tests/integration/cluster/test_redis_cluster_spark.py::"
+        "test_primary_killed_after_an_acknowledged_claim",
+        "tests/integration/cluster/test_redis_cluster_spark.py::"
+        "test_query_rides_out_a_primary_kill_without_a_restart"),
+    "marker_retention": (
+        "tests/integration/sinks/test_sink_marker_expiry.py::"
+        "test_a_batch_retried_after_its_kafka_marker_expired_is_not_produced_again",),
+}
+# Filtered after the schedule, so each kept kind has the seed, batch and form it had.
+SPECS = [s for s in SPECS if s.kind not in GUARDED_IN_CI]
 RESULTS: list[RunResult] = []
 
 
@@ -80,14 +112,16 @@ def test_fault_is_hit_and_output_is_exact(chaos_env: ChaosEnv, spec) -> None:  #
 
 
 def test_figures_cover_every_kind() -> None:
-    if len(RESULTS) != len(FAULT_KINDS):
+    if len(RESULTS) != len(SPECS):
         pytest.skip("needs every fault-kind run of this module")
     data = figures(RESULTS, seed=7, metadata={
         "date": "test", "machine": "test", "pyspark": "x", "confluent_kafka": "x",
         "librdkafka": "x"})
-    assert data["fault_kinds_hit"] == len(FAULT_KINDS)
-    assert data["operational_kinds_hit"] == len(OPERATIONAL_KINDS)
-    assert summary_figures(data)["chaos_cluster_kinds_hit"] == len(CLUSTER_KINDS)
+    assert set(FAULT_KINDS) == {s.kind for s in SPECS} | set(GUARDED_IN_CI)
+    assert data["fault_kinds_hit"] == len(SPECS)
+    assert data["operational_kinds_hit"] == len(set(OPERATIONAL_KINDS) - set(GUARDED_IN_CI))
+    assert summary_figures(data)["chaos_cluster_kinds_hit"] == len(
+        set(CLUSTER_KINDS) - set(GUARDED_IN_CI))
     clean = [row for kind, row in data["per_kind"].items() if kind not in KNOWN_FAILING]
     assert all((row["losses"], row["duplicates"], row["phantoms"]) == (0, 0, 0)
                for row in clean), data["per_kind"]

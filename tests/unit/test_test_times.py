@@ -80,3 +80,26 @@ def test_the_record_reads_junit_cases_per_function() -> None:
     assert read["seconds_by_test"] == {"tests/unit/test_test_times.py::test_a": 3.5,
                                        "tests/unit/test_test_times.py::test_b": 0.25}
     assert (read["passed"], read["skipped"], read["failed"]) == (1, 1, 1)
+
+
+def test_every_chaos_kind_left_out_of_ci_names_tests_of_ci_that_inject_its_fault() -> None:
+    """The chaos subset leaves a kind to dedicated tests (``GUARDED_IN_CI``) only if each
+    named test exists and runs in one of CI's commands (not in the Connect tier's folder,
+    whose command runs nothing else)."""
+    from benchmarks.chaos.faults import FAULT_KINDS
+
+    source = (ROOT / "tests" / "chaos" / "test_chaos_subset.py").read_text()
+    [guarded] = [ast.literal_eval(node.value) for node in ast.parse(source).body
+                 if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                 and node.target.id == "GUARDED_IN_CI" and node.value is not None]
+    assert guarded and set(guarded) <= set(FAULT_KINDS), guarded
+    for kind, node_ids in guarded.items():
+        assert node_ids, kind
+        for node_id in node_ids:
+            path, name = node_id.split("::")
+            assert not path.startswith("tests/integration/connect/"), node_id
+            functions = {n.name: n for n in ast.parse((ROOT / path).read_text()).body
+                         if isinstance(n, ast.FunctionDef)}
+            assert name in functions, f"{kind}: {node_id} does not exist"
+            assert not any("skip" in ast.unparse(d) for d in functions[name].decorator_list), \
+                node_id
