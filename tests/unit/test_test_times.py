@@ -87,19 +87,16 @@ def test_every_chaos_kind_left_out_of_ci_names_tests_of_ci_that_inject_its_fault
     named test exists and runs in one of CI's commands (not in the Connect tier's folder,
     whose command runs nothing else)."""
     from benchmarks.chaos.faults import FAULT_KINDS
+    from tests.chaos.test_chaos_subset import GUARDED_IN_CI
 
-    source = (ROOT / "tests" / "chaos" / "test_chaos_subset.py").read_text()
-    [guarded] = [ast.literal_eval(node.value) for node in ast.parse(source).body
-                 if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                 and node.target.id == "GUARDED_IN_CI" and node.value is not None]
-    assert guarded and set(guarded) <= set(FAULT_KINDS), guarded
-    for kind, node_ids in guarded.items():
+    assert GUARDED_IN_CI and set(GUARDED_IN_CI) <= set(FAULT_KINDS), GUARDED_IN_CI
+    known = times.test_functions(ROOT)
+    for kind, node_ids in GUARDED_IN_CI.items():
         assert node_ids, kind
         for node_id in node_ids:
+            assert node_id in known, f"{kind}: {node_id} does not exist"
             path, name = node_id.split("::")
             assert not path.startswith("tests/integration/connect/"), node_id
-            functions = {n.name: n for n in ast.parse((ROOT / path).read_text()).body
-                         if isinstance(n, ast.FunctionDef)}
-            assert name in functions, f"{kind}: {node_id} does not exist"
-            assert not any("skip" in ast.unparse(d) for d in functions[name].decorator_list), \
-                node_id
+            [function] = [n for n in ast.parse((ROOT / path).read_text()).body
+                          if isinstance(n, ast.FunctionDef) and n.name == name]
+            assert not any("skip" in ast.unparse(d) for d in function.decorator_list), node_id
