@@ -189,3 +189,33 @@ def test_a_batch_jobs_claims_are_refused_and_forgetting_it_as_told_migrates(
     report = migrate_catalog(cfg)
     assert report.ids == 6_000
     _old_ids_caught(cfg, ids, "q-after", 50, 20, "after", time.time())
+
+
+def test_query_records_of_an_earlier_release_still_refuse_a_rename(
+        redis_url: str, app_id: str) -> None:
+    """Earlier releases kept each query's records under the query id alone,
+    ``dedup:query:{<query id>}:apps`` and ``:outputs``, shared by every app id; they now
+    sit under the Redis user. A record of the old layout is taken over at the first
+    join, so a rename on the first restart after the upgrade is still refused."""
+    from dedup.exceptions import SettingChangedError
+    from sinks import OutputChangedError
+    from sinks.checkpoint import CheckpointStore
+
+    client = redis.Redis.from_url(redis_url)
+    query = f"q-{uuid.uuid4().hex[:12]}"
+    # as the earlier release wrote them: app id -> first batch; output -> batch:run:topic:cluster
+    client.hset(f"dedup:query:{{{query}}}:apps", f"{app_id}-old", 0)
+    client.hset(f"dedup:query:{{{query}}}:outputs", f"{app_id}-old/main", "4:run-1:t1:c1")
+
+    renamed = RedisCatalog(DedupConfig(f"{app_id}-new", RedisConfig(redis_url), num_shards=2))
+    with pytest.raises(SettingChangedError, match=f"'{app_id}-old' since batch 0"):
+        renamed.join_query(query, 5)
+    store = CheckpointStore(RedisConfig(redis_url), f"{app_id}-new", "main")
+    with pytest.raises(OutputChangedError, match=f"'{app_id}-old/main' began batch 4"):
+        store.join_query(query, "run-2", 4, "t1", "c1")
+    # the old app id and output go on where they were
+    RedisCatalog(DedupConfig(f"{app_id}-old", RedisConfig(redis_url), num_shards=2)
+                 ).join_query(query, 5)
+    CheckpointStore(RedisConfig(redis_url), f"{app_id}-old", "main").join_query(
+        query, "run-2", 4, "t1", "c1")
+    client.close()

@@ -2,11 +2,8 @@
 documented line of its own app id, tries to read and write tenant B's catalog keys,
 lease, decisions and sink checkpoint keys, through the toolkit's own calls and through a
 plain client. Every attempt is denied, B's keys are unchanged byte for byte, and B's
-output is exact.
-
-Not denied, and pinned here as the known open part of issue 50 item 2: the per-query
-records every app id shares (``dedup:query:{<query id>}:apps`` and ``:outputs``, the key
-pattern ``~dedup:query:*`` of every line; docs/operations.md, "Redis ACL").
+output is exact. The records of B's streaming queries (which app ids deduplicate them,
+which outputs write them) sit under B's Redis user, out of A's reach too.
 """
 
 from __future__ import annotations
@@ -21,11 +18,9 @@ from dedup import DedupConfig, DedupError, RedisConfig, ShardClaimer
 from dedup.bloom import FilterCache
 from dedup.catalog import RedisCatalog
 from dedup.keys import (
-    SHARED_KEY_PATTERNS,
     acl_key_patterns,
     acl_setuser_line,
     lease_key,
-    query_apps_key,
 )
 from dedup.redis_client import client_and_scripts
 from sinks.checkpoint import CheckpointStore
@@ -48,9 +43,9 @@ def tenants(redis_url: str, app_id: str) -> Iterator[tuple[str, str, str, str]]:
 
 
 def _own_keys(admin: Any, app: str) -> dict[bytes, bytes]:
-    """Every key of ``app`` (its own patterns, not the shared ones) with its DUMP."""
-    own = [p for p in acl_key_patterns(app) if p not in SHARED_KEY_PATTERNS]
-    keys = {key for pattern in own for key in admin.scan_iter(match=pattern, count=1000)}
+    """Every key of ``app`` (the patterns of its line) with its DUMP."""
+    keys = {key for pattern in acl_key_patterns(app)
+            for key in admin.scan_iter(match=pattern, count=1000)}
     return {key: admin.dump(key) for key in sorted(keys)}
 
 
@@ -103,9 +98,14 @@ def test_a_tenant_can_touch_nothing_of_another_tenants_app_id(
     every_call(url_b, app_b, query_b)  # B's catalog and sink keys, as B's user made them
     store_b = CheckpointStore(RedisConfig(url_b), app_b, "main")
     store_b.put_if_absent(query_b, 9, 0, b"rows of b")  # a checkpoint left to protect
-    RedisCatalog(DedupConfig(app_b, RedisConfig(url_b), num_shards=2)).take_lease(query_b)
+    catalog_b = RedisCatalog(DedupConfig(app_b, RedisConfig(url_b), num_shards=2))
+    catalog_b.take_lease(query_b)
+    catalog_b.join_query(query_b, 9)
+    store_b.join_query(query_b, "run-b", 9, "topic-b", "cluster-b")  # a record to protect
     before = _own_keys(admin, app_b)
     assert lease_key(app_b).encode() in before and len(before) >= 8, sorted(before)
+    records = [key for key in before if key.endswith((b":apps", b":outputs"))]
+    assert len(records) == 2, f"B's query records are not among its keys: {sorted(before)}"
 
     attempts = [*_toolkit_attempts(url_a, app_b, query_b),
                 *_client_attempts(url_a, list(before))]
@@ -124,12 +124,6 @@ def test_a_tenant_can_touch_nothing_of_another_tenants_app_id(
     print(f"tenant_attempts={len(attempts)} tenant_attempts_allowed={len(allowed)}")
     assert allowed == [], f"{len(allowed)} of {len(attempts)} attempts went through: {allowed}"
     assert _own_keys(admin, app_b) == before, "tenant B's keys changed"
-
-    # the known open part: the records of B's query that every app id shares
-    shared = redis.Redis.from_url(url_a)
-    assert shared.hset(query_apps_key(query_b), app_a, 0) in (0, 1), (
-        "the shared per-query records are now denied: update this test and docs")
-    shared.hdel(query_apps_key(query_b), app_a)
     # B's own calls still go through as before
     RedisCatalog(DedupConfig(app_b, RedisConfig(url_b), num_shards=2)).release(query_b)
     every_call(url_b, app_b, new_query())

@@ -29,7 +29,10 @@ def _every_key(app_id: str) -> list[str]:
            keys.index_key(app_id, 3, 7) + ":2", keys.ack_key(app_id, 3),
            keys.slot_ack_key(keys.queries_key(app_id)), keys.meta_key(app_id),
            keys.lease_key(app_id), keys.queries_key(app_id),
-           keys.old_id_sets_pattern(app_id, 3).replace("*", "1")]
+           keys.old_id_sets_pattern(app_id, 3).replace("*", "1"),
+           keys.query_apps_key(f"dedup-{app_id}", "q"),
+           keys.slot_ack_key(keys.query_apps_key(f"dedup-{app_id}", "q")),
+           keys.query_outputs_key(f"dedup-{app_id}", "q")]
     for identity in (sink_identity(app_id), sink_identity(app_id, "main")):
         out += [keys.sink_checkpoint_key(identity, "q", 4, 2),
                 keys.sink_checkpoint_index_key(identity), keys.sink_marker_key(identity, 2),
@@ -59,10 +62,11 @@ def test_every_command_of_a_lua_script_is_granted() -> None:
 
 @pytest.mark.parametrize("other", ["orders2", "orders.eu", "orders-x", "order", "Orders"])
 def test_an_app_ids_patterns_grant_its_keys_and_no_other_app_ids(other: str) -> None:
+    """Every key of an app id, its query records included, is granted by its own line's
+    patterns alone: no pattern is shared with another app id run by another user."""
     patterns = keys.acl_key_patterns("orders")
     assert all(_granted(key, patterns) for key in _every_key("orders"))
-    own = tuple(p for p in patterns if p not in keys.SHARED_KEY_PATTERNS)
-    assert not [key for key in _every_key(other) if _granted(key, own)]
+    assert not [key for key in _every_key(other) if _granted(key, patterns)]
     for key in _every_key("orders"):
         assert keys.acl_key_pattern(key) in patterns and \
             fnmatch.fnmatchcase(key, keys.acl_key_pattern(key)), key
@@ -102,3 +106,28 @@ def test_a_refusal_inside_a_script_names_its_commands() -> None:
         "The user executing the script can't run this command or subcommand script: "
         "d3c2, on @user_script:1."), keys=["dedup:{orders}:queries"], script="progress")
     assert "progress.lua" in message and "+exists" in message and "+hset" in message, message
+
+
+@pytest.mark.parametrize("user", ["dedup:orders", "a}b", "x*", "t\u00e9nant", "50%"])
+def test_a_user_name_with_a_glob_or_a_tag_character_gets_a_pattern_of_its_own(user: str) -> None:
+    """The query records sit under the Redis user's name: a name holding ':', '}', a glob
+    character or '%' must neither match another user's pattern nor escape its own."""
+    key = keys.query_apps_key(user, "q")
+    pattern = keys.acl_key_pattern(key)
+    assert fnmatch.fnmatchcase(key, pattern) and pattern in keys.acl_key_patterns("o", user)
+    for other in ("dedup", "a", "x", "t", "50", "default"):
+        assert not fnmatch.fnmatchcase(keys.query_apps_key(other, "q"), pattern), other
+
+
+@pytest.mark.parametrize(("url", "options", "user"), [
+    ("redis://127.0.0.1:6379/0", {}, "default"),
+    ("redis://:pw@127.0.0.1:6379/0", {}, "default"),
+    ("redis://dedup-orders:pw@127.0.0.1:6379/0", {}, "dedup-orders"),
+    ("redis://dedup%2Dx:pw@127.0.0.1:6379/0", {"username": "other"}, "dedup-x"),
+    ("redis://127.0.0.1:6379/0", {"username": "other"}, "other"),
+    ("redis+cluster://u1:pw@h1:6379,h2:6379", {}, "u1"),
+])
+def test_the_user_of_a_redis_config_is_the_one_redis_py_authenticates_as(
+        url: str, options: dict[str, str], user: str) -> None:
+    """redis-py lets the URL's user name win over option ``username``."""
+    assert RedisConfig(url, options=options).user == user
