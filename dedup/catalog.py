@@ -23,8 +23,9 @@ call stays within one Redis Cluster slot:
                               app id's lease; every shard state keeps the highest
                               fence that claimed it
 ``dedup:{app}:queries``       hash: query id -> the last batch Spark committed
-``dedup:query:{q}:apps``      hash: app id -> the first batch it claimed in, for
-                              streaming query ``q`` (:meth:`RedisCatalog.join_query`)
+``dedup:{~user:q}:apps``      hash: app id -> the first batch it claimed in, for
+                              streaming query ``q``, per Redis user
+                              (:meth:`RedisCatalog.join_query`)
 
 The key names are built in :mod:`dedup.keys` (imported here for the callers that
 know them from this module).
@@ -67,13 +68,20 @@ from dedup.keys import (
     index_key,
     journal_key,
     lease_key,
+    legacy_query_apps_key,
     meta_key,
     queries_key,
     query_apps_key,
     slot_ack_key,
     state_key,
 )
-from dedup.redis_client import RedisTopology, client_and_scripts, redis_errors
+from dedup.redis_client import (
+    RedisTopology,
+    client_and_scripts,
+    forget_legacy_record,
+    legacy_record,
+    redis_errors,
+)
 from dedup.redis_nodes import client_for_key, is_cluster, node_clients, refresh_topology
 
 log = logging.getLogger(__name__)
@@ -521,9 +529,10 @@ class RedisCatalog:
                 client, self._gc_calls(scripts, query_id, 0, every=True)))
         with redis_errors(self.config.redis, "forgetting a query", keys=[queries_key(app)]):
             client.hdel(queries_key(app), query_id)
-        with redis_errors(self.config.redis, "forgetting a query",
-                          keys=[query_apps_key(query_id)]):
-            client.hdel(query_apps_key(query_id), app)
+        record = query_apps_key(self.config.redis.user, query_id)
+        with redis_errors(self.config.redis, "forgetting a query", keys=[record]):
+            client.hdel(record, app)
+            forget_legacy_record(self.config.redis, legacy_query_apps_key(query_id), app)
         _JOINED.discard((self.config.redis.url, app, query_id))
         return removed
 
@@ -538,9 +547,11 @@ class RedisCatalog:
         """
         client, _ = client_and_scripts(self.config.redis)
         app = self.config.app_id
-        with redis_errors(self.config.redis, "looking up a streaming query",
-                          keys=[query_apps_key(query_id)]):
-            if client.hexists(query_apps_key(query_id), app):
+        record = query_apps_key(self.config.redis.user, query_id)
+        with redis_errors(self.config.redis, "looking up a streaming query", keys=[record]):
+            if client.hexists(record, app):
+                return True
+            if app in legacy_record(self.config.redis, legacy_query_apps_key(query_id))[::2]:
                 return True
         with redis_errors(self.config.redis, "looking up a streaming query",
                           keys=[queries_key(app)]):
@@ -582,11 +593,14 @@ class RedisCatalog:
         if seen in _JOINED:
             return
         what = f"the record of streaming query {query_id}"
-        key = query_apps_key(query_id)
-        reply = self._acknowledged("join", key, [app, batch, int(strict)], what)
+        key = query_apps_key(self.config.redis.user, query_id)
+        with redis_errors(self.config.redis, what, keys=[key]):
+            # an earlier release's record of the query, taken over by the script
+            legacy = legacy_record(self.config.redis, legacy_query_apps_key(query_id))
+        reply = self._acknowledged("join", key, [app, batch, int(strict), *legacy], what)
         if int(reply[0]) == 2:
             self._await_query_record(query_id, batch)
-            reply = self._acknowledged("join", key, [app, batch, 0], what)
+            reply = self._acknowledged("join", key, [app, batch, 0, *legacy], what)
         if int(reply[0]) != 1:
             other, first = _text(reply[1]), int(reply[2])
             raise SettingChangedError(
@@ -615,12 +629,13 @@ class RedisCatalog:
             f"streaming query {query_id} is at batch {batch}, but the Redis at "
             f"{redact_url(self.config.redis.url)} has no record of streaming query "
             f"{query_id} under app id {app!r}: it is not the Redis this query deduplicated "
-            "with (another URL, or a replaced or flushed Redis), the IDs claimed so far are "
-            "unknown there, and their duplicates would pass. Point the dedup config's Redis "
-            "URL at the Redis the query used; if that catalog is lost for good, start with a "
-            "new checkpoint location (duplicates of records emitted before are then not "
-            "caught). A dedup step added to a query that ran without one needs a new "
-            "checkpoint location too")
+            "with (another URL, or a replaced or flushed Redis) or the app id is not the one "
+            "it ran with (renamed, the checkpoint kept), the IDs claimed so far are unknown "
+            "there, and their duplicates would pass. Point the dedup config's Redis URL at "
+            "the Redis the query used, with the app id it ran with; if that catalog is lost "
+            "for good, start with a new checkpoint location (duplicates of records emitted "
+            "before are then not caught). A dedup step added to a query that ran without one "
+            "needs a new checkpoint location too")
 
     def _fence(self, lease_owner: str, decision: str) -> int:
         if not lease_owner or self.config.allow_shared_app_id:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from dedup.constants import DEFAULT_ID_COLUMN
 from dedup.exceptions import ConfigError
@@ -256,6 +256,18 @@ class RedisConfig:
     def cluster(self) -> bool:
         """Whether the URL names a Redis Cluster (``redis+cluster://``)."""
         return urlsplit(self.url).scheme in CLUSTER_SCHEMES
+
+    @property
+    def user(self) -> str:
+        """The Redis ACL user the client authenticates as: the URL's user name (it wins
+        over option ``username`` in redis-py), else that option, else ``default``.
+        The records of a query's app ids and outputs are kept per user
+        (:func:`dedup.keys.query_apps_key`)."""
+        try:
+            name = urlsplit(self.url).username
+        except ValueError:
+            name = None
+        return unquote(name) if name else str(self.options.get("username") or "default")
 
     def client(self) -> Any:
         """A new ``redis.Redis`` client, or a ``redis.cluster.RedisCluster`` for a

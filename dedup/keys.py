@@ -64,9 +64,28 @@ def queries_key(app_id: str) -> str:
     return f"{KEY_PREFIX}:{{{app_id}}}:queries"
 
 
-def query_apps_key(query_id: str) -> str:
-    """Hash of the app ids that deduplicate streaming query ``query_id`` (each with
-    the first batch it claimed in); its own slot, found by the query id alone."""
+def user_tag(user: str) -> str:
+    """The Redis user's name as it stands in its keys: ``~`` (no app id starts with
+    one), then the name with every character but ``[A-Za-z0-9._@+=,-]`` percent-encoded,
+    so a ``:``, ``}`` or glob character can neither end the hash tag nor widen the ACL
+    pattern (user ``a:b`` must not fall under user ``a``'s pattern)."""
+    from urllib.parse import quote
+
+    return "~" + quote(user, safe="._@+=,-")
+
+
+def query_apps_key(user: str, query_id: str) -> str:
+    """Hash of the app ids that Redis user ``user`` runs on streaming query ``query_id``
+    (each with the first batch it claimed in); the query's own slot.
+
+    Per user, not shared: whoever may write it may write those app ids' catalogs
+    anyway (docs/operations.md, "Redis ACL")."""
+    return f"{KEY_PREFIX}:{{{user_tag(user)}:{query_id}}}:apps"
+
+
+def legacy_query_apps_key(query_id: str) -> str:
+    """Where earlier releases kept :func:`query_apps_key`, shared by every app id: read
+    once per process and query, and taken over if the new record is absent."""
     return f"{KEY_PREFIX}:query:{{{query_id}}}:apps"
 
 
@@ -99,21 +118,24 @@ def sink_lease_key(identity: str) -> str:
     return f"{KEY_PREFIX}:{{{identity}}}:sink:lease"
 
 
-def query_outputs_key(query_id: str) -> str:
-    """Hash of the outputs that write streaming query ``query_id``, each with the last
-    batch it began and that batch's run; its own slot, found by the query id alone."""
+def query_outputs_key(user: str, query_id: str) -> str:
+    """Hash of the outputs that Redis user ``user`` writes for streaming query
+    ``query_id``, each with the last batch it began and that batch's run; the query's
+    own slot, per user as :func:`query_apps_key`."""
+    return f"{KEY_PREFIX}:{{{user_tag(user)}:{query_id}}}:outputs"
+
+
+def legacy_query_outputs_key(query_id: str) -> str:
+    """Where earlier releases kept :func:`query_outputs_key` (see
+    :func:`legacy_query_apps_key`)."""
     return f"{KEY_PREFIX}:query:{{{query_id}}}:outputs"
 
 
 # Redis ACL (docs/operations.md, "Redis ACL"): the key patterns and commands one app
 # id's Redis user needs. An app id has no ':', '/', '}' and no glob character
 # (dedup.config.APP_ID_PATTERN), so each pattern below ends where the app id ends:
-# ``dedup:{orders}*`` and ``dedup:{orders:*`` never match app id ``orders2``.
-
-SHARED_KEY_PATTERNS = (f"{KEY_PREFIX}:query:*",)
-"""Key patterns every app id shares: each streaming query's records of its app ids and
-outputs (:func:`query_apps_key`, :func:`query_outputs_key`), kept where the query id alone
-finds them. A user granted them may also write other app ids' records of their queries."""
+# ``dedup:{orders}*`` and ``dedup:{orders:*`` never match app id ``orders2``; a user's
+# name is encoded (user_tag) so that ``dedup:{~<user>:*`` ends where the name ends.
 
 ACL_COMMANDS = (
     # the start-up checks: reachability, replicas (INFO replication), persistence
@@ -143,13 +165,15 @@ catalog's ID sets (``SCAN``, which lists key names of every app id whatever the 
 key patterns), reads each and carries its expiry over."""
 
 
-def acl_key_patterns(app_id: str) -> tuple[str, ...]:
+def acl_key_patterns(app_id: str, user: str = "") -> tuple[str, ...]:
     """The key patterns (ACL ``~`` rules without the ``~``) that cover every key of
-    ``app_id``: its catalog's (``{<app>}``, ``{<app>:s<shard>}``), its sink outputs'
-    (``{<app>:p<n>}``, ``{<app>/<output>}``, ``{<app>/<output>:p<n>}``) and the
-    shared records of its queries (:data:`SHARED_KEY_PATTERNS`)."""
+    ``app_id`` run as Redis user ``user`` (``dedup-<app id>`` unless given): its
+    catalog's (``{<app>}``, ``{<app>:s<shard>}``), its sink outputs' (``{<app>:p<n>}``,
+    ``{<app>/<output>}``, ``{<app>/<output>:p<n>}``) and its user's query records
+    (``{~<user>:<query id>}``)."""
     stem = f"{KEY_PREFIX}:{{{app_id}"
-    return (f"{stem}}}*", f"{stem}:*", f"{stem}/*", *SHARED_KEY_PATTERNS)
+    return (f"{stem}}}*", f"{stem}:*", f"{stem}/*",
+            f"{KEY_PREFIX}:{{{user_tag(user or 'dedup-' + app_id)}:*")
 
 
 def acl_setuser_line(app_id: str, user: str = "", password: str = "<password>",
@@ -158,10 +182,11 @@ def acl_setuser_line(app_id: str, user: str = "", password: str = "<password>",
     its keys and :data:`ACL_COMMANDS` (and, for a Redis Cluster,
     :data:`ACL_CLUSTER_COMMANDS`), nothing else (user ``dedup-<app id>`` unless
     ``user``)."""
-    keys = " ".join(f"~{pattern}" for pattern in acl_key_patterns(app_id))
+    user = user or f"dedup-{app_id}"
+    keys = " ".join(f"~{pattern}" for pattern in acl_key_patterns(app_id, user))
     commands = " ".join(f"+{command}" for command in
                         (*ACL_COMMANDS, *(ACL_CLUSTER_COMMANDS if cluster else ())))
-    return (f"ACL SETUSER {user or 'dedup-' + app_id} on >{password} resetkeys {keys} "
+    return (f"ACL SETUSER {user} on >{password} resetkeys {keys} "
             f"resetchannels -@all {commands}")
 
 
@@ -172,7 +197,9 @@ def acl_key_pattern(key: str) -> str:
     import re
 
     stem = f"{KEY_PREFIX}:{{"
-    app_id = re.split(r"[:/}]", key[len(stem):])[0] if key.startswith(stem) else ""
+    name = re.split(r"[:/}]", key[len(stem):])[0] if key.startswith(stem) else ""
+    if name.startswith("~"):  # a user's query record (user_tag: no ':' in the name)
+        return f"{stem}{name}:*"
     # fnmatchcase reads '*' as Redis does; the patterns hold no other glob character
-    return next((pattern for pattern in acl_key_patterns(app_id)
+    return next((pattern for pattern in acl_key_patterns(name)
                  if fnmatch.fnmatchcase(key, pattern)), key)

@@ -78,6 +78,44 @@ def client_and_scripts(redis_config: RedisConfig) -> tuple[Any, dict[str, Any]]:
         return connect(redis_config)
 
 
+_LEGACY: dict[tuple[Any, ...], list[str]] = {}
+
+
+def legacy_record(redis_config: RedisConfig, key: str) -> list[str]:
+    """A query record as an earlier release kept it, shared by every app id
+    (:func:`dedup.keys.legacy_query_apps_key`), as the flat field/value list the join
+    scripts take over when the new record is absent; read once per process and key.
+
+    ``[]`` when there is none, and when the user may not read it: a user made with this
+    release's ACL line has no pattern for it, and needs none (its records are new).
+    Other errors are raised as redis-py's."""
+    import redis
+
+    seen = (*cache_key(redis_config), key)
+    found = _LEGACY.get(seen)
+    if found is None:
+        try:
+            raw = connect(redis_config)[0].hgetall(key)
+        except redis.exceptions.NoPermissionError:
+            raw = {}
+        found = [part.decode() if isinstance(part, bytes) else str(part)
+                 for pair in sorted(raw.items()) for part in pair]
+        if len(_LEGACY) > 4096:  # one entry per query this process joined: bounded anyway
+            _LEGACY.clear()
+        _LEGACY[seen] = found
+    return found
+
+
+def forget_legacy_record(redis_config: RedisConfig, key: str, field: str) -> None:
+    """Drop ``field`` of an earlier release's record ``key`` (``dedup forget-query``), so
+    that it is not taken over again; nothing when the user may not write it."""
+    import redis
+
+    _LEGACY.pop((*cache_key(redis_config), key), None)
+    with contextlib.suppress(redis.exceptions.NoPermissionError):
+        connect(redis_config)[0].hdel(key, field)
+
+
 @contextmanager
 def redis_errors(redis_config: RedisConfig, what: str,
                  raise_as: Callable[[str, BaseException], Exception] | None = None,
@@ -133,7 +171,6 @@ def permission_refusal(redis_config: RedisConfig, what: str, exc: BaseException,
     refused) and the ``~pattern`` of each to grant
     (:func:`dedup.keys.acl_key_pattern`); or, refused inside Lua script ``script``, the
     commands of that script (Redis names neither the command nor the key there)."""
-    from urllib.parse import urlsplit
 
     from dedup.keys import acl_key_pattern
 
@@ -141,10 +178,7 @@ def permission_refusal(redis_config: RedisConfig, what: str, exc: BaseException,
     if not any(sign in text for sign in ("no permissions", _SCRIPT_COMMAND_REFUSED,
                                          _SCRIPT_KEY_REFUSED)):
         return None
-    try:
-        user = urlsplit(redis_config.url).username or "default"
-    except ValueError:
-        user = "default"
+    user = redis_config.user
     who = f"Redis user {user!r} at {redact_url(redis_config.url)}"
     command = _COMMAND_REFUSED.search(text)
     if command is not None:

@@ -18,8 +18,9 @@ that option is set):
     another query's commit replaces the Kafka marker, not this).
 ``dedup:{<app>}:sink:lease``
     Hash ``owner`` (query id), ``until`` (ms, Redis's clock): the output's lease.
-``dedup:query:{<query id>}:outputs``
-    Hash of the outputs (``<app>``) that write one streaming query, each with
+``dedup:{~<Redis user>:<query id>}:outputs``
+    Hash of the outputs (``<app>``) that the Redis user writes for one streaming
+    query (earlier releases: ``dedup:query:{<query id>}:outputs``, shared), each with
     ``<batch>:<run id>:<topic>:<cluster id>``: the last batch it began, the run of
     the query (Spark's run id, new at every start) it began it in, its option
     ``topic`` and its Kafka cluster. A batch another run began is being replayed: an
@@ -36,6 +37,7 @@ from typing import Any
 from dedup.config import redact_url
 from dedup.failover import ride_out_failover
 from dedup.keys import (
+    legacy_query_outputs_key,
     query_outputs_key,
     sink_checkpoint_index_key,
     sink_checkpoint_key,
@@ -43,7 +45,7 @@ from dedup.keys import (
     sink_marker_key,
     sink_meta_key,
 )
-from dedup.redis_client import RedisTopology, connect, redis_errors
+from dedup.redis_client import RedisTopology, connect, legacy_record, redis_errors
 from dedup.redis_nodes import node_clients
 from sinks.config import sink_identity
 from sinks.exceptions import (
@@ -185,9 +187,13 @@ class CheckpointStore:
         seen = (self.redis_config.url, self.identity, query_id, run_id)
         if _JOINED.get(seen) == batch:
             return
-        reply = self._script("sink_join", [query_outputs_key(query_id)],
-                             [self.identity, batch, run_id, topic, cluster],
-                             f"record that sink output {self.identity!r} begins batch {batch}")
+        what = f"record that sink output {self.identity!r} begins batch {batch}"
+        key = query_outputs_key(self.redis_config.user, query_id)
+        # an earlier release's record of the query, taken over by the script
+        legacy = self._call(what, lambda: legacy_record(
+            self.redis_config, legacy_query_outputs_key(query_id)), [key])
+        reply = self._script("sink_join", [key],
+                             [self.identity, batch, run_id, topic, cluster, *legacy], what)
         if int(reply[0]) == 0:
             other = _text(reply[1])
             raise OutputChangedError(

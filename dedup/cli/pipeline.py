@@ -366,16 +366,19 @@ def check_sink_kept(pipeline: PipelineFile, redis_url: str, checkpoint: str) -> 
     if unfinished is None:
         return
     from dedup.exceptions import SettingChangedError
-    from dedup.keys import query_outputs_key
-    from dedup.redis_client import client_and_scripts, redis_errors
+    from dedup.keys import legacy_query_outputs_key, query_outputs_key
+    from dedup.redis_client import client_and_scripts, legacy_record, redis_errors
 
     batch, _, ids = unfinished
     redis_config = dedup_config(pipeline, redis_url).redis
     client = client_and_scripts(redis_config)[0]
     for query in ids:
-        key = query_outputs_key(query)
+        key = query_outputs_key(redis_config.user, query)
         with redis_errors(redis_config, "reading the outputs of a streaming query", keys=[key]):
             outputs = client.hgetall(key)
+            if not outputs:  # not yet taken over from an earlier release's record
+                old = legacy_record(redis_config, legacy_query_outputs_key(query))
+                outputs = dict(zip(old[::2], old[1::2], strict=True))
         # output -> "<batch it began>:<run id>:<topic>:<cluster id>" (sink_join.lua)
         for output, value in outputs.items():
             began, _, rest = (value.decode() if isinstance(value, bytes) else str(value)

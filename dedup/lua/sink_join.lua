@@ -7,11 +7,16 @@
 --
 -- KEYS[1] the query's outputs hash: output -> <batch>:<run id>:<topic>:<cluster id>
 -- ARGV[1] output (its identity), ARGV[2] batch, ARGV[3] run id, ARGV[4] topic
---         option, ARGV[5] Kafka cluster id
+--         option, ARGV[5] Kafka cluster id, ARGV[6..] field/value pairs of the record
+--         an earlier release kept (dedup:query:{<query id>}:outputs), taken over when
+--         KEYS[1] does not exist
 -- Returns {1} when recorded; refused: {0, other output, its batch} (a new output
 -- on a batch another one began in an earlier run) or {2, old topic, batch, old
 -- cluster} (this output began the batch in an earlier run, to another topic or
 -- cluster).
+if #ARGV > 5 and redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+end
 local batch = tonumber(ARGV[2])
 local mine = redis.call('HGET', KEYS[1], ARGV[1])
 if mine then

@@ -73,7 +73,7 @@ def test_claim_waits_for_the_replica_of_its_own_primary(
                  if redis_cluster.primary_port_for_key(state_key(app, s)) != primary)
     # a query whose own record (its joined app ids) lives on another primary too
     q = next(q for q in (f"q-{uuid.uuid4().hex[:12]}" for _ in range(1000))
-             if redis_cluster.primary_port_for_key(query_apps_key(q)) != primary)
+             if redis_cluster.primary_port_for_key(query_apps_key(cfg.redis.user, q)) != primary)
     frozen = redis_cluster.node(replica).pid
     assert frozen is not None
     os.kill(frozen, signal.SIGSTOP)
@@ -102,8 +102,9 @@ def test_a_querys_records_wait_for_the_replica_of_their_own_primary(
     claimer = ShardClaimer(cfg, catalog, FilterCache())
     shard_primary = redis_cluster.primary_port_for_key(state_key(app, 0))
     query = next(q for q in (f"q-{uuid.uuid4().hex[:12]}" for _ in range(1000))
-                 if redis_cluster.primary_port_for_key(query_apps_key(q)) != shard_primary)
-    record_primary = redis_cluster.primary_port_for_key(query_apps_key(query))
+                 if redis_cluster.primary_port_for_key(query_apps_key(cfg.redis.user, q))
+                 != shard_primary)
+    record_primary = redis_cluster.primary_port_for_key(query_apps_key(cfg.redis.user, query))
     frozen = redis_cluster.node(redis_cluster.layout()[record_primary][0]).pid
     assert frozen is not None
     os.kill(frozen, signal.SIGSTOP)

@@ -92,7 +92,7 @@ def _client_attempts(url_a: str, keys_b: list[bytes]) -> list[tuple[str, Callabl
 
 def test_a_tenant_can_touch_nothing_of_another_tenants_app_id(
         tenants: tuple[str, str, str, str], redis_url: str) -> None:
-    app_a, url_a, app_b, url_b = tenants
+    _, url_a, app_b, url_b = tenants
     admin = redis.Redis.from_url(redis_url)
     query_b = new_query()
     every_call(url_b, app_b, query_b)  # B's catalog and sink keys, as B's user made them

@@ -43,7 +43,7 @@ def test_failure_free_run_is_exact(spark: Any, kafka_bootstrap: str, redis_url: 
     # The data source's tasks record the output as a writer of the query, with its
     # last batch, the query's run, topic and Kafka cluster (what refuses a rename, a
     # new topic or another cluster in the middle of a batch).
-    began = [client.hget(key, app_id) for key in client.scan_iter("dedup:query:*:outputs")]
+    began = [client.hget(key, app_id) for key in client.scan_iter("dedup:{~default:*}:outputs")]
     last = [value.decode().split(":") for value in began if value is not None]
     assert len(last) == 1, last
     batch, run, topic, cluster = last[0]
