@@ -177,21 +177,64 @@ def test_without_one_acl_the_write_fails_at_once_naming_it(
         report.summary()
 
 
+def _with_dead_letter_topic(broker: KafkaBroker, app_id: str) -> tuple[SinkConfig,
+                                                                        list[KafkaAcl]]:
+    """The sink's config with a dead-letter topic (made by the admin) and its ACLs."""
+    import dataclasses
+
+    from sinks.kafka_io import ensure_topic
+
+    dead = f"{app_id}-dead"
+    ensure_topic(broker.bootstrap_servers, dead, PARTITIONS, client_config=broker.client_config)
+    config = dataclasses.replace(_config(broker, app_id), dead_letter_topic=dead)
+    return config, required_acls(app_id, f"{app_id}-out", marker_topic=f"{app_id}-markers",
+                                 dead_letter_topic=dead)
+
+
+@pytest.mark.parametrize("which", ["output", "dead letter"])
 def test_without_describe_configs_of_the_output_the_sink_warns_and_is_exact(
         locked_kafka: KafkaBroker, acls_cleared: None, app_id: str,
-        caplog: pytest.LogCaptureFixture) -> None:
-    topic = _output_topic(locked_kafka, app_id)
-    _set_acls(locked_kafka, [acl for acl in _acls(app_id) if not (
-        acl.name == topic and acl.operation == "DESCRIBE_CONFIGS")])
-    with caplog.at_level(logging.WARNING):
-        from sinks.transactions import topic_limits
+        caplog: pytest.LogCaptureFixture, which: str) -> None:
+    """The docs' fallback without DESCRIBE_CONFIGS on an output topic (the output's or
+    the dead-letter topic's): a warning naming it, records above the topic's
+    max.message.bytes are refused by the broker instead of dead-lettered, and the
+    output is exact."""
+    from sinks.transactions import topic_limits
 
-        _run(_config(locked_kafka, app_id), batches=1)
-        topic_limits(_config(locked_kafka, app_id))(topic, True)
-    assert any("DESCRIBE_CONFIGS" in r.getMessage() and topic in r.getMessage()
+    topic = _output_topic(locked_kafka, app_id)
+    config, acls = _with_dead_letter_topic(locked_kafka, app_id)
+    unread = topic if which == "output" else str(config.dead_letter_topic)
+    _set_acls(locked_kafka, [acl for acl in acls if not (
+        acl.name == unread and acl.operation == "DESCRIBE_CONFIGS")])
+    with caplog.at_level(logging.WARNING):
+        _run(config, batches=1)
+        topic_limits(config)(unread, True)
+    assert any("DESCRIBE_CONFIGS" in r.getMessage() and unread in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]
     report = _report(locked_kafka, topic, _expected(1))
     assert report.ok, report.summary()
+
+
+def test_without_write_on_the_dead_letter_topic_the_start_is_refused_naming_it(
+        locked_kafka: KafkaBroker, acls_cleared: None, app_id: str) -> None:
+    """A dead-letter topic the principal may not write is refused at the sink's start,
+    before any batch, even one that would dead-letter nothing: its first record would
+    fail a transaction mid-run."""
+    from sinks import KafkaDeniedError
+
+    topic = _output_topic(locked_kafka, app_id)
+    config, acls = _with_dead_letter_topic(locked_kafka, app_id)
+    dead = str(config.dead_letter_topic)
+    _set_acls(locked_kafka, [acl for acl in acls
+                             if not (acl.name == dead and acl.operation == "WRITE")])
+    started = time.monotonic()
+    with pytest.raises(KafkaDeniedError) as failure:
+        _run(config, batches=1)
+    message = str(failure.value)
+    assert time.monotonic() - started < FAIL_WITHIN_S
+    assert "\n" not in message and f"WRITE on topic '{dead}'" in message, message
+    report = _report(locked_kafka, topic, {})
+    assert (report.observed, report.open_transactions) == (0, 0), report.summary()
 
 
 def test_an_acl_revoked_mid_run_shows_nothing_of_the_refused_batch_and_granting_it_resumes(
@@ -247,6 +290,32 @@ def test_verify_needs_the_documented_acls_and_names_a_missing_one(
         verify_topic(locked_kafka.bootstrap_servers, topic, _expected(1), client_config=client)
     message = str(failure.value)
     assert "\n" not in message and group.resource in message and "DESCRIBE" in message, message
+
+
+@pytest.mark.parametrize("with_sink", [False, True], ids=["verify-alone", "with-the-sinks"])
+def test_verify_without_read_of_the_output_is_refused_naming_it(
+        locked_kafka: KafkaBroker, acls_cleared: None, app_id: str, with_sink: bool) -> None:
+    """``dedup verify`` without READ on the output: refused in one line naming it, never
+    a report that counts every record lost. Alone, the principal may not even see the
+    topic (READ implies DESCRIBE); with the sink's ACLs it sees it (WRITE implies
+    DESCRIBE) and is refused the fetch."""
+    from sinks import KafkaDeniedError
+    from sinks.verify import verify_topic
+
+    topic = _output_topic(locked_kafka, app_id)
+    _set_acls(locked_kafka, _acls(app_id))
+    _run(_config(locked_kafka, app_id), batches=1)
+    [read] = [acl for acl in _acls(app_id) if acl.name == topic and acl.operation == "READ"]
+    held = _acls(app_id) if with_sink else [acl for acl in _acls(app_id)
+                                             if "dedup verify" in acl.part]
+    _set_acls(locked_kafka, [acl for acl in held if acl != read])
+    started = time.monotonic()
+    with pytest.raises(KafkaDeniedError) as failure:
+        verify_topic(locked_kafka.bootstrap_servers, topic, _expected(1),
+                     client_config=locked_kafka.user_config(PIPELINE_USER))
+    message = str(failure.value)
+    assert time.monotonic() - started < FAIL_WITHIN_S
+    assert "\n" not in message and f"READ on topic '{topic}'" in message, message
 
 
 def test_txn_list_and_abort_need_nothing_beyond_the_sinks_acls(
