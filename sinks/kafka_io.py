@@ -102,7 +102,14 @@ def consume_all(bootstrap: str, topic: str, isolation_level: str = "read_committ
     records: list[ConsumedRecord] = []
     try:
         metadata = consumer.list_topics(topic, timeout=10)
-        if topic not in metadata.topics or metadata.topics[topic].error is not None:
+        found = metadata.topics.get(topic)
+        if found is not None and found.error is not None and \
+                authorization_error(found.error) is not None:
+            # Hidden from the principal (no READ, so no DESCRIBE): not an empty topic,
+            # which a verifier would report as every record lost.
+            raise denied(f"the read of topic {topic!r}", str(authorization_error(found.error)),
+                         [KafkaAcl("TOPIC", topic, "LITERAL", "READ", "dedup verify")])
+        if found is None or found.error is not None:
             return records
         partitions = sorted(metadata.topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
