@@ -26,8 +26,13 @@ RECORDS = 300
 KEYS = 220  # records 220..299 repeat keys 0..79, each with its own value
 
 
+@pytest.mark.parametrize("source_read", [True, False], ids=["all", "without-source-read"])
 def test_run_is_exact_with_exactly_the_documented_acls(
-        locked_kafka: KafkaBroker, redis_url: str, app_id: str, tmp_path: Path) -> None:
+        locked_kafka: KafkaBroker, redis_url: str, app_id: str, tmp_path: Path,
+        source_read: bool) -> None:
+    """All the ACLs: exact. Without READ on the source topic: ``dedup run`` stops
+    within its bound, in one line naming the READ and the topic, no traceback, and
+    nothing reaches the output."""
     from confluent_kafka import Producer
 
     from sinks.kafka_io import ensure_topic
@@ -44,7 +49,9 @@ def test_run_is_exact_with_exactly_the_documented_acls(
         producer.produce(source, key=key, value=f"v{i}", partition=(i % KEYS) % 2)
         expected.setdefault(key, f"v{i}".encode())
     assert producer.flush(30) == 0
-    _set_acls(locked_kafka, required_acls(app_id, output, source_topics=[source]))
+    acls = required_acls(app_id, output, source_topics=[source])
+    _set_acls(locked_kafka, acls if source_read else [
+        acl for acl in acls if not (acl.name == source and acl.operation == "READ")])
     pipeline = locked_kafka.user_config(PIPELINE_USER)
     jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
             f'username="{PIPELINE_USER}" password="{PIPELINE_PASSWORD}";')
@@ -67,6 +74,15 @@ def test_run_is_exact_with_exactly_the_documented_acls(
     try:
         result = run_dedup(["run", str(config), "--redis-url", redis_url, "--bootstrap",
                             bootstrap, "--max-seconds", "300"], tmp_path / "cache")
+        if not source_read:
+            assert result.returncode not in (0, None), f"{result.stdout}\n{result.stderr}"
+            assert "Traceback" not in result.stderr, result.stderr
+            named = [text for text in result.stderr.splitlines() if "READ" in text]
+            assert len(named) == 1, f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+            assert f"topic '{source}'" in named[0] and "docs/operations.md" in named[0], named
+            report = verify_topic(bootstrap, output, {}, client_config=admin)
+            assert (report.observed, report.open_transactions) == (0, 0), report.summary()
+            return
         assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
         report = verify_topic(bootstrap, output, expected, client_config=admin)
         assert (report.lost, report.duplicated, report.phantoms, report.mismatched,
