@@ -186,6 +186,11 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
         try:
             started, watcher, stopped_by = _stream(spark, pipeline, addresses, checkpoint,
                                                    args, progress)
+        except Exception as exc:
+            refused = _source_denied(pipeline, exc)
+            if refused is not None and not args.debug:
+                raise refused from exc
+            raise
         finally:
             spark.stop()
     elapsed = time.monotonic() - started
@@ -214,6 +219,32 @@ def run_pipeline(pipeline: PipelineFile, addresses: Addresses, args: argparse.Na
     if args.verify:
         return _verify(pipeline, addresses, progress)
     return 0
+
+
+def _source_denied(pipeline: PipelineFile, exc: BaseException) -> Exception | None:
+    """The one-line :class:`~sinks.exceptions.KafkaDeniedError` of a query that Spark's
+    Kafka source lost to the broker's authorizer, or None for any other failure.
+
+    Spark says only "TopicAuthorizationException: Topic authorization failed", naming
+    neither the topic nor the ACL; the source's READ on each of its topics is the only
+    topic ACL it needs (docs/operations.md, Kafka ACLs). The toolkit's own refusals (the
+    sink's) are named by the sink and left alone."""
+    from dedup.cli.errors import exception_texts, find_toolkit_error
+    from sinks.acls import denied, required_acls
+
+    src = pipeline.table("source")
+    if src["type"] != "kafka" or type(exc).__module__.split(".")[0] not in {"pyspark",
+                                                                             "py4j"}:
+        return None
+    texts = exception_texts(exc)
+    if find_toolkit_error(texts) is not None or not any(
+            "TopicAuthorizationException" in text for text in texts):
+        return None
+    needed = [acl for acl in required_acls("-", "-", source_topics=src["topics"])
+              if acl.part == "source"]
+    topics = ", ".join(repr(topic) for topic in src["topics"])
+    return denied(f"Spark's Kafka source the read of {topics}", "TOPIC_AUTHORIZATION_FAILED",
+                  needed)
 
 
 def _kafka_input_left(pipeline: PipelineFile, addresses: Addresses, checkpoint: str,
