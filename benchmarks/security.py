@@ -19,7 +19,7 @@ process of their own with a junit XML, and counts from their outcomes:
   Redis keys and Kafka resources, as the two tenant tests print them.
 
 Writes ``benchmarks/results/security.json`` and merges the figures into
-``summary.json``. Takes about 5 minutes; safe to repeat::
+``summary.json``. Takes about 10 minutes on the 2-core machine; safe to repeat::
 
     python -m benchmarks.security
 """
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         xml_path = Path(tmp) / "security.xml"
-        print(f"running {' '.join(TESTS)} (about 5 minutes)", flush=True)
+        print(f"running {' '.join(TESTS)} (about 10 minutes)", flush=True)
         run = subprocess.run([sys.executable, "-m", "pytest", *TESTS, "-q", "-s", "-p",
                               "no:randomly", f"--junitxml={xml_path}"], cwd=ROOT,
                              check=False, timeout=args.timeout, capture_output=True,
