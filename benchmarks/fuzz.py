@@ -5,10 +5,14 @@ tiers do: pipeline files, sink options, ``RedisConfig`` and ``DedupConfig`` argu
 (:mod:`benchmarks.fuzz_cases`, pure, ``--config-cases`` each) and partitions of hostile
 records through ``keep_rows`` and ``write_batches`` against a Redis and a Kafka broker
 of its own (:mod:`benchmarks.fuzz_records`, ``--record-cases``; their output is read
-back ``read_committed`` every ``--check-every`` cases, one pair of topics each). It
-stops generating after ``--max-seconds`` and reports what it ran. Writes
-``benchmarks/results/fuzz.json`` (counts per property, the first example of each kind
-of problem) and merges into ``summary.json``: ``fuzz_cases``, ``fuzz_tracebacks``
+back ``read_committed`` every ``--check-every`` cases, one pair of topics each), then
+``--spark-cases`` hostile records through Spark end to end (:mod:`benchmarks.fuzz_spark`:
+one streaming query of the one-pass form per invalid-ID policy, half the records each,
+``--spark-per-trigger`` records per micro-batch, on a local Spark). It stops generating
+(and starts no Spark query) after ``--max-seconds`` and reports what it ran. Writes
+``benchmarks/results/fuzz.json`` (counts per property, the Spark runs' under
+``spark``, the first example of each kind of problem) and merges into
+``summary.json``: ``fuzz_cases`` (the Spark records included), ``fuzz_tracebacks``
 (outcomes that are not a ``DedupError``, or a message of several lines),
 ``fuzz_records_lost``, ``fuzz_records_duplicated``, ``fuzz_records_phantom`` and
 ``fuzz_secrets_printed``. Every figure but ``fuzz_cases`` should be 0.
@@ -37,9 +41,14 @@ from benchmarks.fuzz_cases import (
     sink_options,
 )
 
-FULL = {"config_cases": 1000, "record_cases": 8000, "check_every": 500, "seed": 50,
-        "max_seconds": 1500.0}
-QUICK = {"config_cases": 30, "record_cases": 60, "check_every": 30, "max_seconds": 300.0}
+FULL = {"config_cases": 1000, "record_cases": 8000, "check_every": 500, "spark_cases": 300,
+        "spark_per_trigger": 20, "seed": 50, "max_seconds": 1500.0}
+QUICK = {"config_cases": 30, "record_cases": 60, "check_every": 30, "spark_cases": 40,
+         "spark_per_trigger": 8, "max_seconds": 300.0}
+SPARK_POLICIES = ("dead_letter", "fail")
+SPARK_COUNTS = ("records", "batches", "written", "dead_lettered", "dropped", "late",
+                "refused", "lost", "duplicated", "phantom", "repaired", "left_out")
+"""What :func:`benchmarks.fuzz_spark.run_spark_cases` counts, summed over the runs."""
 CONFIG_PROPERTIES: dict[str, tuple[Callable[[], Any], Callable[[Any], list[str]]]] = {
     "pipeline_files": (pipeline_files, pipeline_problems),
     "sink_options": (sink_options, sink_option_problems),
@@ -80,6 +89,64 @@ def figures(kinds: Counter[str], cases: int, lost: int, duplicated: int,
             "fuzz_tracebacks": kinds["traceback"] + kinds["multi-line"],
             "fuzz_records_lost": lost, "fuzz_records_duplicated": duplicated,
             "fuzz_records_phantom": phantoms, "fuzz_secrets_printed": kinds["secret"]}
+
+
+def spark_halves(cases: int) -> list[tuple[str, int]]:
+    """``cases`` split between the invalid-ID policies, one Spark query each (a policy
+    left with no case runs none). Pure."""
+    half = cases // len(SPARK_POLICIES)
+    sizes = [cases - half * (len(SPARK_POLICIES) - 1)] + [half] * (len(SPARK_POLICIES) - 1)
+    return [(policy, size) for policy, size in zip(SPARK_POLICIES, sizes, strict=True)
+            if size > 0]
+
+
+def run_spark(args: Any, services: Any, stop_at: float, properties: dict[str, dict[str, Any]],
+              kinds: Counter[str], examples: dict[str, str], say: Callable[[str], None],
+              counts: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The Spark end-to-end runs (:mod:`benchmarks.fuzz_spark`) on a local Spark of their
+    own, into ``properties["spark"]``, ``kinds`` and ``examples``; ``counts`` (lost,
+    duplicated, phantoms) with theirs added. None starts after ``stop_at``."""
+    from benchmarks.fuzz_spark import run_spark_cases
+    from dedup.local.spark import local_spark_session
+
+    lost, duplicated, phantoms = counts
+    spark_runs: list[dict[str, Any]] = []
+    section: dict[str, Any] = {"cases": 0, "problems": Counter(),
+                               **dict.fromkeys(SPARK_COUNTS, 0), "runs": spark_runs}
+    properties["spark"] = section
+    halves = spark_halves(args.spark_cases)
+    if not halves or time.monotonic() > stop_at:
+        return counts
+    # local[2,4]: a failed task is retried as on a cluster (the tests' session too)
+    spark = local_spark_session("bench-fuzz", master="local[2,4]", shuffle_partitions=4)
+    try:
+        for number, (policy, size) in enumerate(halves):
+            if time.monotonic() > stop_at:
+                break
+            run = run_spark_cases(
+                spark, services.bootstrap, services.redis_url,
+                f"fuzz-spark-{uuid.uuid4().hex[:8]}-{number}", size,
+                args.seed + 1000 + number, policy=policy, per_trigger=args.spark_per_trigger,
+                timeout=max(120.0, stop_at - time.monotonic()))
+            spark_runs.append({"policy": policy, **run})
+            section["cases"] += run["cases"]
+            for key in SPARK_COUNTS:
+                section[key] += run[key]
+            for name, n in run["problems"].items():
+                kinds[name] += n
+                section["problems"][name] += n
+                examples.setdefault(f"spark {name}", run["examples"][name])
+            lost, duplicated = lost + run["lost"], duplicated + run["duplicated"]
+            phantoms += run["phantom"]
+            say(f"spark ({policy}): {run['cases']} cases, {run['records']} records in "
+                f"{run['batches']} batches: {run['written']} written, "
+                f"{run['dead_lettered']} dead-lettered, {run['dropped']} dropped, "
+                f"{run['refused']} refused ({run['refusal'][:80] or 'no refusal'}), lost "
+                f"{run['lost']}, duplicated {run['duplicated']}, phantoms {run['phantom']}, "
+                f"{run['seconds']} s, problems {run['problems'] or 'none'}")
+    finally:
+        spark.stop()
+    return lost, duplicated, phantoms
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"duplicated {duplicated}, phantoms {phantoms}, slowest case "
                 f"{records['slowest_case_seconds']:.2f} s, "
                 f"problems {dict(records['problems']) or 'none'}")
+        lost, duplicated, phantoms = run_spark(args, services, stop_at, properties, kinds,
+                                               examples, say, (lost, duplicated, phantoms))
     total = sum(p["cases"] for p in properties.values())
     summary = figures(kinds, total, lost, duplicated, phantoms)
     out_of_time = time.monotonic() > stop_at

@@ -42,3 +42,37 @@ def test_an_outcome_tells_a_refusal_from_a_traceback() -> None:
     assert [kind(p) for p in outcome(crash)[1]] == ["traceback"]
     assert [kind(p) for p in outcome(two_lines)[1]] == ["multi-line"]
     assert outcome(lambda: 5) == (5, [])
+
+
+def test_the_spark_records_are_split_between_the_invalid_id_policies() -> None:
+    from benchmarks.fuzz import spark_halves
+
+    assert spark_halves(300) == [("dead_letter", 150), ("fail", 150)]
+    assert spark_halves(41) == [("dead_letter", 21), ("fail", 20)]
+    assert spark_halves(1) == [("dead_letter", 1)]
+    assert spark_halves(0) == []
+
+
+def test_the_spark_model_claims_across_batches_and_refuses_the_poisons_batch() -> None:
+    """First occurrence over all batches; a late record is not claimed (a later copy is
+    kept); the batch with an ID that is not UTF-8 is refused, and what it would have
+    claimed is not claimed for the batches after it."""
+    from benchmarks.fuzz_records import HORIZON
+    from benchmarks.fuzz_spark import Batch, Stored, decide
+
+    now = 1_000_000.0
+
+    def record(seq: int, record_id: bytes | None, event: float | None = None) -> Stored:
+        return Stored(seq, seq, None, None, (), record_id, event)
+
+    records = [record(0, b"a"), record(1, b"b", now - HORIZON - 5), record(2, b"a"),
+               record(3, b""), record(4, b"b"), record(5, b"c"), record(6, b"\xff"),
+               record(7, b"d")]
+    batches = [Batch(0, 0, 2, now), Batch(1, 2, 5, now), Batch(2, 5, 7, now)]
+    decisions, refused = decide(records, batches, "dead_letter")
+    assert refused == 2
+    assert [decisions[i].outcome for i in range(8)] == [
+        "out", "late", "dropped", "dead", "out", "out", "poison", "unread"]
+    assert [decisions[i].refused for i in range(8)] == [False] * 5 + [True, True, False]
+    _, refused_fail = decide(records, batches, "fail")
+    assert refused_fail == 1  # the empty ID, under fail
