@@ -63,7 +63,7 @@ PARTITIONS = 2
 """The one-pass shuffle's partitions: two sink transactions per batch, so a refused
 batch may be partly committed (see the module)."""
 PER_TRIGGER = 20
-ABSENT_ID_HEADERS = False
+ABSENT_ID_HEADERS = True
 """Whether null IDs include records without the ID header at all. Off: on Spark 4
 (ANSI mode on by default) ``with_record_id(strategy="header")`` fails such a record
 with Spark's ``INVALID_ARRAY_INDEX_IN_ELEMENT_AT`` (``element_at`` of the empty list

@@ -72,3 +72,19 @@ def test_invalid_ids_reach_the_dead_letter_topic_and_the_stream_goes_on(
             query.stop()
     assert query.exception() is None, str(query.exception())
     assert_dead_letter_split(kafka_bootstrap, out, dead)
+
+
+def test_a_record_without_the_id_header_gets_a_null_id(spark: Any) -> None:
+    """``with_record_id(strategy="header")`` on a record without that header (none, or
+    others only): a null ID, as documented, which ``invalid_ids`` then handles; not
+    Spark's INVALID_ARRAY_INDEX_IN_ELEMENT_AT (ANSI mode, Spark 4's default), which
+    failed the query on every restart (found by benchmarks.fuzz_spark)."""
+    from dedup.ids import with_record_id
+
+    df = spark.createDataFrame(
+        [(1, [("dedup-record-id", bytearray(b"a"))]), (2, []), (3, None),
+         (4, [("other", bytearray(b"x"))]), (5, [("other", None), ("dedup-record-id", None)])],
+        "n int, headers array<struct<key:string,value:binary>>")
+    ids = {row["n"]: row[DEFAULT_ID_COLUMN]
+           for row in with_record_id(df, strategy="header").collect()}
+    assert ids == {1: "a", 2: None, 3: None, 4: None, 5: None}
