@@ -64,12 +64,11 @@ PARTITIONS = 2
 batch may be partly committed (see the module)."""
 PER_TRIGGER = 20
 ABSENT_ID_HEADERS = True
-"""Whether null IDs include records without the ID header at all. Off: on Spark 4
-(ANSI mode on by default) ``with_record_id(strategy="header")`` fails such a record
-with Spark's ``INVALID_ARRAY_INDEX_IN_ELEMENT_AT`` (``element_at`` of the empty list
-of matching headers) instead of giving it a null ID: the query dies with that error,
-not a ``DedupError``, and the record never reaches the dead-letter topic. Turn it on
-when ``dedup.ids`` takes the header with ``try_element_at``."""
+"""Whether null IDs include records without the ID header at all (every other one of
+them; the rest carry the header with a null value). Until 2026-11-29 such a record
+failed the query with Spark's ``INVALID_ARRAY_INDEX_IN_ELEMENT_AT`` (``element_at`` in
+ANSI mode, Spark 4's default) instead of getting a null ID, on every restart; the flag
+let the slice leave them out while that was so."""
 
 Header = tuple[str, bytes | None]
 

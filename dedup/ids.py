@@ -170,9 +170,11 @@ def with_record_id(
     _missing(df, ["headers"], "with_record_id(strategy='header') (a Kafka source DataFrame "
              "read with includeHeaders=true)")
     # headers is array<struct<key: string, value: binary>>; take the first match.
+    # try_element_at: no match is a null ID (element_at fails the query in ANSI mode,
+    # Spark 4's default, on every restart).
     matching = sf.filter(sf.col("headers"), lambda h: h["key"] == sf.lit(header))
-    return tag_record_id(df, output_column, sf.element_at(matching, 1)["value"].cast("string"),
-                         f"header:{header}")
+    first = sf.try_element_at(matching, sf.lit(1))
+    return tag_record_id(df, output_column, first["value"].cast("string"), f"header:{header}")
 
 
 ID_STRATEGY_METADATA = "dedup.id_strategy"
