@@ -108,13 +108,16 @@ def redis_permissions(text: str) -> list[str]:
 
 def outcomes(xml_text: str) -> dict[str, str]:
     """``path::name[id]`` -> passed / failed / skipped of a junit XML. Pure."""
+    from benchmarks.test_times import _key
+
     found = {}
     for case in ET.fromstring(xml_text).iter("testcase"):
-        classname, name = case.get("classname", ""), case.get("name", "")
-        path = classname.replace(".", "/") + ".py"
+        name = case.get("name", "")
+        params = name[name.index("["):] if "[" in name else ""
         tags = {child.tag for child in case}
-        found[f"{path}::{name}"] = ("failed" if tags & {"failure", "error"} else
-                                    "skipped" if "skipped" in tags else "passed")
+        found[_key(case.get("classname", ""), name, ROOT) + params] = (
+            "failed" if tags & {"failure", "error"} else
+            "skipped" if "skipped" in tags else "passed")
     return found
 
 

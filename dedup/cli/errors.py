@@ -111,6 +111,11 @@ def find_toolkit_error(texts: Iterable[str]) -> ToolkitError | None:
     return None
 
 
+def from_spark(exc: BaseException) -> bool:
+    """Whether ``exc`` is PySpark's or Py4J's (a query's error, whose text holds Java's)."""
+    return type(exc).__module__.split(".")[0] in {"pyspark", "py4j"}
+
+
 def exception_texts(exc: BaseException, limit: int = 20) -> list[str]:
     """The messages of ``exc`` and of everything it wraps, outermost first.
 

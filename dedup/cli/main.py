@@ -26,6 +26,7 @@ from dedup.cli.errors import (
     exception_texts,
     find_toolkit_error,
     for_pipeline_file,
+    from_spark,
 )
 from dedup.exceptions import ConfigError, DedupError
 from dedup.local.paths import CACHE_ENV_VAR, cache_dir, set_cache_dir
@@ -131,7 +132,7 @@ def _main(argv: list[str]) -> int:
         # Spark wraps errors of the query (and of our code on its workers) in
         # Java exceptions with pages of stack trace, sometimes with our error
         # only in the cause chain: show our error's own line, else the root cause.
-        if args.debug or not _from_spark(exc):
+        if args.debug or not from_spark(exc):
             raise
         texts = exception_texts(exc)
         found = find_toolkit_error(texts)
@@ -141,10 +142,6 @@ def _main(argv: list[str]) -> int:
         _error(f"the Spark query failed: {spark_root_cause(texts[0] if texts else '')} "
                "(rerun with --debug for the full trace)")
         return EXIT_RUNTIME
-
-
-def _from_spark(exc: BaseException) -> bool:
-    return type(exc).__module__.split(".")[0] in {"pyspark", "py4j"}
 
 
 _CAUSE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception|Fault)): (.+)$")

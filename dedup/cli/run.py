@@ -229,12 +229,11 @@ def _source_denied(pipeline: PipelineFile, exc: BaseException) -> Exception | No
     neither the topic nor the ACL; the source's READ on each of its topics is the only
     topic ACL it needs (docs/operations.md, Kafka ACLs). The toolkit's own refusals (the
     sink's) are named by the sink and left alone."""
-    from dedup.cli.errors import exception_texts, find_toolkit_error
+    from dedup.cli.errors import exception_texts, find_toolkit_error, from_spark
     from sinks.acls import denied, required_acls
 
     src = pipeline.table("source")
-    if src["type"] != "kafka" or type(exc).__module__.split(".")[0] not in {"pyspark",
-                                                                             "py4j"}:
+    if src["type"] != "kafka" or not from_spark(exc):
         return None
     texts = exception_texts(exc)
     if find_toolkit_error(texts) is not None or not any(

@@ -55,3 +55,18 @@ def test_a_failed_case_is_not_counted() -> None:
     results[security.EXACT[0]] = "failed"
     found = security.figures(DOCS, results, "")
     assert found["acl_missing_refused"] == refused - 2 and found["acl_exact"] is False
+
+
+def test_outcomes_keep_each_parametrized_case_apart() -> None:
+    xml = ('<testsuites><testsuite>'
+           '<testcase classname="tests.integration.security.test_kafka_acls" '
+           'name="test_x[verify-alone]" time="1"/>'
+           '<testcase classname="tests.integration.security.test_redis_acl" '
+           'name="test_y[~dedup:{APP}*]" time="1"><failure/></testcase>'
+           '<testcase classname="tests.integration.security.test_redis_acl" '
+           'name="test_z" time="0"><skipped/></testcase>'
+           '</testsuite></testsuites>')
+    assert security.outcomes(xml) == {
+        f"{security.KAFKA}::test_x[verify-alone]": "passed",
+        f"{security.REDIS}::test_y[~dedup:{{APP}}*]": "failed",
+        f"{security.REDIS}::test_z": "skipped"}
