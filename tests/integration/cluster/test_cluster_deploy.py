@@ -221,18 +221,27 @@ def _submit(cluster: SparkStandaloneCluster, ship: list[str], tmp_path: Path, sp
             *ship, str(JOB), str(spec_file)]
     env = _worker_env()
     env["SPARK_HOME"] = str(SPARK_HOME)
-    return subprocess.Popen(argv, cwd=driver, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    # To a file, not a pipe: a pipe nobody reads while a test polls for a failpoint
+    # blocks the driver once Spark's log fills it.
+    with (tmp_path / "driver.log").open("w") as log:
+        return subprocess.Popen(argv, cwd=driver, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, text=True)
+
+
+def _driver_log(spec: dict[str, Any]) -> str:
+    return (Path(spec["out"]).parent / "driver.log").read_text(errors="replace")[-4000:]
 
 
 def _finish(job: subprocess.Popen[str], spec: dict[str, Any]) -> dict[str, Any]:
     try:
-        output, _ = job.communicate(timeout=300)
+        job.wait(timeout=420)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the job did not end in 420 s:\n{_driver_log(spec)}") from None
     finally:
         if job.poll() is None:
             job.kill()
             job.wait()
-    assert job.returncode == 0, output[-4000:]
+    assert job.returncode == 0, _driver_log(spec)
     result: dict[str, Any] = json.loads(Path(spec["out"]).read_text())
     print(f"job timings: {result['timings']}")
     return result
@@ -306,13 +315,13 @@ def test_a_packed_venv_in_archives_survives_a_lost_worker_mid_transaction(
     (tmp_path / "driver" / "environment").symlink_to(Path(sys.executable).parent.parent)
     job = _submit(cluster, ship, tmp_path, spec)
     try:
-        deadline = time.monotonic() + 240
+        # Bounded for a loaded machine: the other xdist worker may run a cluster too.
+        deadline = time.monotonic() + 420
         while not (hits := fired(fail_points, "sink.mid_produce")) or "pid" not in hits[0]:
             if job.poll() is not None:
-                output = job.stdout.read() if job.stdout else ""
                 raise AssertionError(f"the job ended before batch 1 was held:\n"
-                                     f"{output[-4000:]}")
-            assert time.monotonic() < deadline, "batch 1 was never held"
+                                     f"{_driver_log(spec)}")
+            assert time.monotonic() < deadline, f"batch 1 was never held:\n{_driver_log(spec)}"
             time.sleep(0.1)
         executor = _ancestor(int(hits[0]["pid"]), "CoarseGrainedExecutorBackend")
         assert executor is not None, hits

@@ -59,16 +59,28 @@ def _start_job(cluster: SparkStandaloneCluster, redis_url: str, app_id: str, tmp
     write_batches(tmp_path / "in", batches)
     env = {**os.environ, **(env or {}),
            "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen(
-        [sys.executable, str(JOB), redis_url, app_id, str(tmp_path / "in"),
-         str(tmp_path / "ck"), str(tmp_path / "out.json"), cluster.master_url],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    # The job's output goes to a file, not a pipe: a pipe nobody reads while the
+    # test polls for the failpoint blocks the job once Spark's log fills it.
+    with (tmp_path / "job.log").open("w") as log:
+        return subprocess.Popen(
+            [sys.executable, str(JOB), redis_url, app_id, str(tmp_path / "in"),
+             str(tmp_path / "ck"), str(tmp_path / "out.json"), cluster.master_url],
+            env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+        )
+
+
+def _log_tail(tmp_path: Path) -> str:
+    return (tmp_path / "job.log").read_text(errors="replace")[-3000:]
 
 
 def _finish(job: subprocess.Popen[str], tmp_path: Path) -> dict[str, Any]:
-    output, _ = job.communicate(timeout=300)
-    assert job.returncode == 0, output[-3000:]
+    try:
+        job.wait(timeout=420)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait()
+        raise AssertionError(f"the job did not end in 420 s:\n{_log_tail(tmp_path)}") from None
+    assert job.returncode == 0, _log_tail(tmp_path)
     result: dict[str, Any] = json.loads((tmp_path / "out.json").read_text())
     return result
 
@@ -110,9 +122,15 @@ def test_a_lost_worker_mid_batch_changes_nothing(cluster: SparkStandaloneCluster
     batches = _batches(11)
     job = _start_job(cluster, redis_url, app_id, tmp_path, batches,
                      env={ENV_VAR: str(fp_dir)})
-    deadline = time.monotonic() + 180
+    # The bound covers the job's wait for both executors (up to 120 s) and three
+    # batches while the other xdist worker runs a cluster of its own on the same cores.
+    deadline = time.monotonic() + 420
     while not (hits := fired(fp_dir, "dedup.after_claim")) or "pid" not in hits[0]:
-        assert job.poll() is None and time.monotonic() < deadline, "batch 2 never held"
+        if job.poll() is not None or time.monotonic() > deadline:
+            job.kill()
+            job.wait()
+            raise AssertionError(f"batch 2 never held (exit {job.returncode}):\n"
+                                 f"{_log_tail(tmp_path)}")
         time.sleep(0.1)
     executor = _ancestor(int(hits[0]["pid"]), "CoarseGrainedExecutorBackend")
     assert executor is not None, hits
