@@ -46,8 +46,9 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -162,6 +163,34 @@ _UNKNOWN: set[tuple[str, str, str]] = set()
 # record is written by the driver's listener on the progress event of the batch before,
 # asynchronously, so the next batch's first claim can come a moment before it.
 QUERY_RECORD_WAIT = 10.0
+
+
+def _task_folder() -> Path | None:
+    """Spark's per-application folder of this executor, shared by its Python workers and
+    removed with the application; None outside a task."""
+    from pyspark import SparkFiles, TaskContext
+
+    if TaskContext.get() is None:
+        return None
+    try:
+        return Path(SparkFiles.getRootDirectory())
+    except Exception:  # no folder to share: each process waits once, as before
+        return None
+
+
+def _unknown_marker(seen: tuple[str, str, str]) -> Path | None:
+    """A file that tells the other Python workers of this executor that ``seen`` (url,
+    app id, query id) waited out :data:`QUERY_RECORD_WAIT` unknown, so that the task's
+    retries (in other worker processes, where ``_UNKNOWN`` is empty) refuse at once
+    instead of waiting again: with ``spark.task.maxFailures`` 4 a refusal took 40 s.
+    Named by a digest: the URL may hold a password. None outside a task."""
+    folder = _task_folder()
+    if folder is None:
+        return None
+    digest = hashlib.sha256("\0".join(seen).encode()).hexdigest()[:32]
+    return folder / f"dedup-unknown-query-{digest}"
+
+
 # (url, app id) -> the replicas its claims wait for, read once per process from the
 # app's meta when the config leaves it to the recorded count. Bound: one entry per
 # (Redis, app id) this process serves.
@@ -617,7 +646,9 @@ class RedisCatalog:
         of ``query_id`` (:meth:`commit_progress`); refuse the query without one."""
         app = self.config.app_id
         seen = (self.config.redis.url, app, query_id)
-        deadline = time.monotonic() + (0.0 if seen in _UNKNOWN else QUERY_RECORD_WAIT)
+        marker = _unknown_marker(seen)
+        waited = seen in _UNKNOWN or (marker is not None and marker.exists())
+        deadline = time.monotonic() + (0.0 if waited else QUERY_RECORD_WAIT)
         while True:
             if self.knows_query(query_id):  # the listener's record may land meanwhile
                 return
@@ -625,6 +656,9 @@ class RedisCatalog:
                 break
             time.sleep(0.2)
         _UNKNOWN.add(seen)
+        if marker is not None:
+            with suppress(OSError):  # only a retry's shortcut: without it, it waits again
+                marker.touch()
         raise SettingChangedError(
             f"streaming query {query_id} is at batch {batch}, but the Redis at "
             f"{redact_url(self.config.redis.url)} has no record of streaming query "
