@@ -25,6 +25,9 @@ def _endless_pipeline(app_id: str, tmp_path: Path) -> Path:
         "[source]\ntype = \"synthetic\"\nrows_per_batch = 200\ntotal_rows = 0\n"
         "[ids]\nstrategy = \"column\"\ncolumn = \"event_id\"\n"
         "[dedup]\nnum_shards = 2\n"
+        # A claim rides out a failover this long before it gives up (default 20 s): the
+        # shortest wait that still goes through it, for a test of the message after it.
+        "[redis]\nfailover_wait = 2.0\n"
         f'[sink]\ntopic = "{app_id}-out"\npartitions = 1\n'
         # Weak productions: the sink does not touch Redis, so the first to find
         # it gone is the dedup claim, in a Python worker of a Spark task.
