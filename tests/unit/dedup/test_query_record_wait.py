@@ -54,55 +54,50 @@ def _catalog(monkeypatch: pytest.MonkeyPatch, known: list[bool]) -> RedisCatalog
     return catalog
 
 
-def _new_worker_process(monkeypatch: pytest.MonkeyPatch) -> None:
+def _refused_in_a_new_worker_process(monkeypatch: pytest.MonkeyPatch, catalog: RedisCatalog,
+                                     query_id: str) -> None:
+    """An attempt of the task in a Python worker of its own (an empty ``_UNKNOWN``)."""
     monkeypatch.setattr(catalog_module, "_UNKNOWN", set())
+    with pytest.raises(SettingChangedError,
+                       match=f"has no record of streaming query {query_id} "):
+        catalog._await_query_record(query_id, 3)
+
+
+@pytest.fixture
+def executor_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setattr(catalog_module, "_task_folder", lambda: tmp_path, raising=False)
+    return tmp_path
 
 
 def test_a_retry_in_another_worker_process_is_refused_without_waiting_again(
-        monkeypatch: pytest.MonkeyPatch, clock: Clock, tmp_path: Path) -> None:
-    monkeypatch.setattr(catalog_module, "_task_folder", lambda: tmp_path,
-                        raising=False)
+        monkeypatch: pytest.MonkeyPatch, clock: Clock, executor_folder: Path) -> None:
     catalog = _catalog(monkeypatch, [False])
-    _new_worker_process(monkeypatch)
-    with pytest.raises(SettingChangedError, match="has no record of streaming query q1"):
-        catalog._await_query_record("q1", 3)
+    _refused_in_a_new_worker_process(monkeypatch, catalog, "q1")
     assert clock.slept >= FULL  # the first attempt waits
     first = clock.slept
-    _new_worker_process(monkeypatch)
-    with pytest.raises(SettingChangedError, match="has no record of streaming query q1"):
-        catalog._await_query_record("q1", 3)
+    _refused_in_a_new_worker_process(monkeypatch, catalog, "q1")
     assert clock.slept == first, "the retry waited again"
-    # the marker's name does not show the URL's password
-    assert all("secret" not in path.name for path in tmp_path.iterdir())
-    assert len(list(tmp_path.iterdir())) == 1
+    # one marker, whose name does not show the URL's password
+    [marker] = executor_folder.iterdir()
+    assert "secret" not in marker.name
 
 
 def test_a_record_that_lands_after_the_wait_is_still_taken(
-        monkeypatch: pytest.MonkeyPatch, clock: Clock, tmp_path: Path) -> None:
-    monkeypatch.setattr(catalog_module, "_task_folder", lambda: tmp_path,
-                        raising=False)
+        monkeypatch: pytest.MonkeyPatch, clock: Clock, executor_folder: Path) -> None:
     known = [False]
     catalog = _catalog(monkeypatch, known)
-    _new_worker_process(monkeypatch)
-    with pytest.raises(SettingChangedError):
-        catalog._await_query_record("q2", 1)
+    _refused_in_a_new_worker_process(monkeypatch, catalog, "q2")
     known[0] = True  # the listener's record, late
-    _new_worker_process(monkeypatch)
-    catalog._await_query_record("q2", 1)  # no refusal
+    monkeypatch.setattr(catalog_module, "_UNKNOWN", set())
+    catalog._await_query_record("q2", 3)  # no refusal
 
 
-def test_another_query_or_another_redis_waits_its_own_wait(
-        monkeypatch: pytest.MonkeyPatch, clock: Clock, tmp_path: Path) -> None:
-    monkeypatch.setattr(catalog_module, "_task_folder", lambda: tmp_path,
-                        raising=False)
+def test_another_query_waits_its_own_wait(
+        monkeypatch: pytest.MonkeyPatch, clock: Clock, executor_folder: Path) -> None:
     catalog = _catalog(monkeypatch, [False])
-    _new_worker_process(monkeypatch)
-    with pytest.raises(SettingChangedError):
-        catalog._await_query_record("q3", 1)
+    _refused_in_a_new_worker_process(monkeypatch, catalog, "q3")
     waited = clock.slept
-    _new_worker_process(monkeypatch)
-    with pytest.raises(SettingChangedError):
-        catalog._await_query_record("q4", 1)
+    _refused_in_a_new_worker_process(monkeypatch, catalog, "q4")
     assert clock.slept >= waited + FULL
 
 
@@ -110,11 +105,7 @@ def test_outside_a_task_nothing_is_written_and_each_process_waits(
         monkeypatch: pytest.MonkeyPatch, clock: Clock, tmp_path: Path) -> None:
     monkeypatch.setattr(catalog_module, "_task_folder", lambda: None, raising=False)
     catalog = _catalog(monkeypatch, [False])
-    _new_worker_process(monkeypatch)
-    with pytest.raises(SettingChangedError):
-        catalog._await_query_record("q5", 1)
-    _new_worker_process(monkeypatch)
-    with pytest.raises(SettingChangedError):
-        catalog._await_query_record("q5", 1)
+    _refused_in_a_new_worker_process(monkeypatch, catalog, "q5")
+    _refused_in_a_new_worker_process(monkeypatch, catalog, "q5")
     assert clock.slept >= 2 * FULL
     assert not list(tmp_path.iterdir())
