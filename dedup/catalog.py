@@ -155,7 +155,8 @@ _FENCES: dict[tuple[str, str], tuple[str, int]] = {}
 # Bound: one entry per query this process serves, never per batch.
 _JOINED: set[tuple[str, str, str]] = set()
 # (url, app id, query id) refused in this process as unknown to its Redis: a task's
-# retry is refused at once instead of waiting out QUERY_RECORD_WAIT again. Bound: one
+# retry is refused at once instead of waiting out QUERY_RECORD_WAIT again (a retry in
+# another Python worker of the executor learns it from _unknown_marker). Bound: one
 # entry per refused query (each one fails its query).
 _UNKNOWN: set[tuple[str, str, str]] = set()
 # How long a claim past batch 0 of a query its Redis has no record of waits for the
@@ -656,7 +657,7 @@ class RedisCatalog:
                 break
             time.sleep(0.2)
         _UNKNOWN.add(seen)
-        if marker is not None:
+        if marker is not None and not waited:
             with suppress(OSError):  # only a retry's shortcut: without it, it waits again
                 marker.touch()
         raise SettingChangedError(
