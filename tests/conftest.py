@@ -22,6 +22,28 @@ import pytest
 from dedup.local.kafka_cluster import KafkaCluster
 from dedup.local.services import KafkaBroker, RedisServer
 
+# Every Spark JVM the suite starts (the session's, each `dedup run` child's, each
+# user script's, the Spark Connect server) lives seconds to minutes, and on two
+# cores the C2 compiler's work for them is time no test gets: C1 alone cut the
+# CPU of a run of two test files by 23% (docs/development.md). Only the JIT tier
+# changes, not what runs; spark-submit reads this variable for the driver's JVM
+# (JDK_JAVA_OPTIONS would print a note on every child's stderr, which tests read).
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Each test's own seconds (its call, not its fixtures' set-up) as a junit property.
+
+    A junit case's time includes set-up, so the first test of a worker that asks for the
+    session's Spark carries its 30 s start: ``benchmarks.test_times`` decides which tests
+    are slow by ``call_seconds`` instead (the teardown report carries the property).
+    """
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.user_properties.append(("call_seconds", round(report.duration, 2)))
+
 
 @pytest.fixture(scope="session")
 def services_dir() -> Iterator[Path]:
