@@ -8,8 +8,10 @@ date, machine and commit. ``summary.json`` gets ``test_command_minutes``,
 ``ci_minutes`` (set-up and every tier) and ``tests_passed``.
 
 ``tests/unit/test_test_times.py`` reads the file: each tier within its budget
-(:data:`BUDGET_MINUTES`), and every test function of the tree recorded, so that a new
-test is timed when it is added (``--only`` times it alone and merges its seconds)::
+(:data:`BUDGET_MINUTES`), no test of README's test command at :data:`SLOW_SECONDS` or
+more, and every test function of the tree recorded, so that a new test is timed when it
+is added (``--only`` times it alone and merges its seconds into the tier its markers
+select)::
 
     python -m benchmarks.test_times                       # every tier (about an hour)
     python -m benchmarks.test_times --tier connect        # one tier; the others kept
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,16 +43,25 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT = "test_times.json"
 
 TIERS: dict[str, list[str]] = {
-    "test_command": ["-m", "not chaos and not cluster and not connect", "-n", "2", "--dist",
-                     "worksteal"],
+    "test_command": ["-m", "not slow and not chaos and not cluster and not connect", "-n", "2",
+                     "--dist", "worksteal"],
+    "slow": ["-m", "slow and not chaos and not cluster and not connect", "-n", "2", "--dist",
+             "worksteal"],
     "long": ["-m", "chaos or cluster", "-n", "2", "--dist", "loadfile"],
     "connect": ["-p", "no:cacheprovider", "tests/integration/connect"],
 }
 """Each tier's pytest arguments, as README's commands and ``.ci/run`` give them (a unit
-test checks that they do)."""
+test checks that they do). README's test command is the fast tier; ``slow`` and the rest
+are README's second command, which CI runs after it."""
 
-BUDGET_MINUTES: dict[str, float] = {"test_command": 31.0, "long": 34.0, "connect": 14.0,
-                                    "ci": 77.0}
+SLOW_SECONDS = 20.0
+"""A test whose call (its fixtures' set-up aside: the session's Spark start falls on
+whichever test asks first) is recorded at this many seconds or more is marked ``slow``
+and leaves README's test command for CI's second command
+(``tests/unit/test_test_times.py`` checks the record)."""
+
+BUDGET_MINUTES: dict[str, float] = {"test_command": 12.0, "slow": 24.0, "long": 34.0,
+                                    "connect": 14.0, "ci": 77.0}
 """What each tier may take on the 2-core machine before ``tests/unit/test_test_times.py``
 fails: the recorded wall time, and the recorded tests' seconds summed over the tier's
 pytest-xdist workers (:func:`workers`). Lower them
@@ -98,17 +110,62 @@ def _key(classname: str, name: str, root: Path) -> str:
 
 
 def read_junit(xml_text: str, root: Path = ROOT) -> dict[str, Any]:
-    """``{"seconds_by_test", "passed", "failed", "skipped"}`` of a junit XML. Pure."""
+    """``{"seconds_by_test", "call_seconds_by_test", "passed", "failed", "skipped"}`` of a
+    junit XML: a test's seconds with its fixtures' set-up and teardown, and its call's
+    alone (the ``call_seconds`` property ``tests/conftest.py`` writes). Pure."""
     seconds: dict[str, float] = {}
+    calls: dict[str, float] = {}
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     for case in ET.fromstring(xml_text).iter("testcase"):
         key = _key(case.get("classname", ""), case.get("name", ""), root)
         seconds[key] = round(seconds.get(key, 0.0) + float(case.get("time") or 0.0), 2)
+        for prop in case.iter("property"):
+            if prop.get("name") == "call_seconds":
+                calls[key] = round(calls.get(key, 0.0) + float(prop.get("value") or 0.0), 2)
         tags = {child.tag for child in case}
         outcome = "failed" if tags & {"failure", "error"} else \
             "skipped" if "skipped" in tags else "passed"
         counts[outcome] += 1
-    return {"seconds_by_test": seconds, **counts}
+    return {"seconds_by_test": seconds, "call_seconds_by_test": calls, **counts}
+
+
+def _node_key(node_id: str) -> str:
+    """``path::[Class::]function`` of a pytest node id (its parameters dropped). Pure."""
+    return node_id.split("[")[0]
+
+
+def tier_by_marks(marks: set[str]) -> str:
+    """The tier whose ``-m`` expression selects a test with these marker names. Pure."""
+    for name in ("long", "slow", "test_command"):
+        expression = TIERS[name][TIERS[name].index("-m") + 1]
+        names = set(re.findall(r"[a-z_]+", expression)) - {"and", "or", "not"}
+        # The tiers' own -m expressions (constants above) are Python boolean expressions.
+        if eval(expression, {"__builtins__": {}}, {n: n in marks for n in names}):
+            return name
+    return "connect"
+
+
+def pytest_collection_modifyitems(items: list[Any]) -> None:
+    """Print each collected test's markers (this module as a plugin of :func:`tiers_of`)."""
+    for item in items:
+        print(f"{_MARKS}{item.nodeid}\t{','.join(m.name for m in item.iter_markers())}")
+
+
+_MARKS = "test_times-marks\t"
+
+
+def tiers_of(tests: list[str]) -> dict[str, str]:
+    """The tier each test function of ``tests`` runs in, as its markers select it."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-p", "benchmarks.test_times", "-s", *tests],
+        cwd=ROOT, capture_output=True, text=True, check=False)
+    found: dict[str, str] = {}
+    for line in listed.stdout.splitlines():
+        if line.startswith(_MARKS):
+            node_id, marks = line[len(_MARKS):].split("\t")
+            found[_node_key(node_id)] = tier_by_marks(set(marks.split(",")) - {""})
+    return found
 
 
 def _run(args: list[str], timeout: float) -> tuple[str, float, int]:
@@ -161,14 +218,21 @@ def main(argv: list[str] | None = None) -> int:
     exit_code = 0
     if args.only:
         xml, _, exit_code = _run(["-p", "no:cacheprovider", *args.only], args.timeout)
-        timed = read_junit(xml)["seconds_by_test"]
+        read = read_junit(xml)
+        timed = read["seconds_by_test"]
         for tier in data["tiers"].values():
             for key in timed:
-                tier["seconds_by_test"].pop(key, None)
-        tier_name = "connect" if all("integration/connect" in t for t in args.only) \
-            else "test_command"
-        data["tiers"].setdefault(tier_name, {"seconds_by_test": {}})
-        data["tiers"][tier_name]["seconds_by_test"].update(timed)
+                for field in ("seconds_by_test", "call_seconds_by_test"):
+                    tier.get(field, {}).pop(key, None)
+        tier_of = tiers_of(args.only)
+        for key, seconds in timed.items():
+            tier_name = "connect" if "integration/connect/" in key \
+                else tier_of.get(key, "test_command")
+            tier = data["tiers"].setdefault(tier_name, {"seconds_by_test": {}})
+            tier["seconds_by_test"][key] = seconds
+            if key in read["call_seconds_by_test"]:
+                tier.setdefault("call_seconds_by_test", {})[key] = \
+                    read["call_seconds_by_test"][key]
     walls = dict(item.split("=", 1) for item in args.wall)
     for item in args.junit:
         name, path = item.split("=", 1)

@@ -46,6 +46,7 @@ def _assert_gone(pids: list[int]) -> None:
     assert not [p for p in pids if process_alive(p)], "service processes outlived pytest"
 
 
+@pytest.mark.slow
 def test_services_stop_when_a_test_fails(tmp_path: Path) -> None:
     proc = _probe(tmp_path, hang=False)
     pids = _wait_for_pids(tmp_path / "pids", proc)

@@ -223,6 +223,7 @@ KNOWN_FINDINGS: dict[str, str] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [
     pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=KNOWN_FINDINGS[name]))
     if name in KNOWN_FINDINGS else name for name in sorted(SCENARIOS)])

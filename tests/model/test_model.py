@@ -90,6 +90,7 @@ def test_the_failure_free_output_is_first_occurrences() -> None:
     assert expected_outputs(instance("ci", "sink_only"))[1][1] == (("b", 4),)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bound", ["ci", "ci_zombie"])
 @pytest.mark.parametrize("form", FORMS)
 def test_reduced_exploration_finds_no_violation(form: str, bound: str) -> None:
@@ -104,6 +105,7 @@ def test_reduced_exploration_finds_no_violation(form: str, bound: str) -> None:
     assert bound_figures([result])["model_liveness_violations"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bound", ["ci", "ci_zombie"])
 @pytest.mark.parametrize("form", FORMS)
 def test_the_reduction_keeps_the_verdict(form: str, bound: str) -> None:

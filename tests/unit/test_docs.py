@@ -63,8 +63,10 @@ PAGES = OWN_PAGES + sorted((ROOT / "benchmarks" / "results").glob("*.md"))
 # The two commands CI (.ci/run) and the hooks find in README, as fenced blocks.
 COMMANDS = ("bash dedup/local/setup.sh && .venv/bin/dedup demo",
             "bash dedup/local/setup.sh && "
-            '.venv/bin/python -m pytest -m "not chaos and not cluster and not connect" '
-            "-n 2 --dist worksteal",
+            '.venv/bin/python -m pytest -m "not slow and not chaos and not cluster and '
+            'not connect" -n 2 --dist worksteal',
+            '.venv/bin/python -m pytest -m "slow and not chaos and not cluster and not connect" '
+            "-n 2 --dist worksteal && "
             '.venv/bin/python -m pytest -m "chaos or cluster" -n 2 --dist loadfile && '
             ".venv/bin/python -m pytest -p no:cacheprovider tests/integration/connect")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")

@@ -39,6 +39,34 @@ def test_every_tier_is_recorded_within_its_budget(record: dict) -> None:  # type
     assert ci is not None and ci <= times.BUDGET_MINUTES["ci"], ci
 
 
+def test_no_test_of_readmes_command_is_slow(record: dict) -> None:  # type: ignore[type-arg]
+    """README's test command is the fast tier: a test whose call is recorded at
+    ``SLOW_SECONDS`` or more in it is marked ``slow``, and CI's second command runs it."""
+    fast = record["tiers"]["test_command"]["call_seconds_by_test"]
+    assert set(fast) == set(record["tiers"]["test_command"]["seconds_by_test"]), (
+        "tests of README's command without their call's seconds: record them again")
+    slow = sorted(f"{key} ({seconds:.0f} s)" for key, seconds in fast.items()
+                  if seconds >= times.SLOW_SECONDS)
+    assert not slow, (f"{len(slow)} tests of README's test command took "
+                      f"{times.SLOW_SECONDS:.0f} s or more, e.g. {slow[:3]}: make them faster "
+                      "or mark them @pytest.mark.slow, then record them with "
+                      "python -m benchmarks.test_times --only <their files>")
+
+
+def test_a_test_belongs_to_the_first_tier_whose_markers_select_it() -> None:
+    assert times.tier_by_marks(set()) == "test_command"
+    assert times.tier_by_marks({"integration", "spark", "slow"}) == "slow"
+    assert times.tier_by_marks({"chaos", "slow"}) == times.tier_by_marks({"cluster"}) == "long"
+    assert times.tier_by_marks({"integration", "connect"}) == "connect"
+
+
+def test_a_timed_test_is_recorded_in_the_tier_its_markers_select() -> None:
+    tiers = times.tiers_of(["tests/model/test_model.py"])
+    assert tiers["tests/model/test_model.py::test_the_reduction_keeps_the_verdict"] == "slow"
+    assert tiers["tests/model/test_model.py::test_the_bounds_meet_the_minimum"] \
+        == "test_command", tiers
+
+
 def test_every_test_function_has_recorded_seconds(record: dict) -> None:  # type: ignore[type-arg]
     recorded = {key for tier in record["tiers"].values() for key in tier["seconds_by_test"]}
     missing = sorted(times.test_functions(ROOT) - recorded)
@@ -71,14 +99,17 @@ def test_the_connect_marker_is_on_every_connect_test_and_only_there() -> None:
 
 def test_the_record_reads_junit_cases_per_function() -> None:
     xml = ('<testsuites><testsuite>'
-           '<testcase classname="tests.unit.test_test_times" name="test_a[x]" time="1.5"/>'
+           '<testcase classname="tests.unit.test_test_times" name="test_a[x]" time="1.5">'
+           '<properties><property name="call_seconds" value="0.5"/></properties></testcase>'
            '<testcase classname="tests.unit.test_test_times" name="test_a[y]" time="2.0">'
+           '<properties><property name="call_seconds" value="0.75"/></properties>'
            '<skipped message="no"/></testcase>'
            '<testcase classname="tests.unit.test_test_times" name="test_b" time="0.25">'
            '<failure message="boom"/></testcase></testsuite></testsuites>')
     read = times.read_junit(xml, ROOT)
     assert read["seconds_by_test"] == {"tests/unit/test_test_times.py::test_a": 3.5,
                                        "tests/unit/test_test_times.py::test_b": 0.25}
+    assert read["call_seconds_by_test"] == {"tests/unit/test_test_times.py::test_a": 1.25}
     assert (read["passed"], read["skipped"], read["failed"]) == (1, 1, 1)
 
 

@@ -62,6 +62,7 @@ def _fail_over(primary: Any, replica_url: str, spare_url: str) -> None:
     replicate(replica_url, spare_url)
 
 
+@pytest.mark.slow
 def test_a_failover_losing_the_last_progress_record_is_mended_by_the_refusals_advice(
         spark: Any, kafka_bootstrap: str, app_id: str, tmp_path: Any,
         caplog: pytest.LogCaptureFixture) -> None:

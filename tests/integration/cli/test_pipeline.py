@@ -76,6 +76,7 @@ def test_a_kept_checkpoint_on_another_redis_is_refused(
     assert report.ok and report.open_transactions == 0, report.summary()
 
 
+@pytest.mark.slow
 @pytest.mark.kafka
 @pytest.mark.redis
 @pytest.mark.parametrize("first_one_pass", [False, True], ids=["two-step-then-one-pass",

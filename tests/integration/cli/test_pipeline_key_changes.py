@@ -135,6 +135,7 @@ EXACT: dict[str, tuple[str, str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("direction", ["down", "up"])
 def test_pipeline_keys_changed_mid_batch_keep_the_output_exact(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
@@ -155,6 +156,7 @@ def test_pipeline_keys_changed_mid_batch_keep_the_output_exact(
     assert final.ok and final.open_transactions == 0, f"{direction}: {final.summary()}"
 
 
+@pytest.mark.slow
 def test_a_dedup_step_removed_mid_batch_is_refused_until_the_batch_is_committed(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_checkpoint: str, tmp_path: Any) -> None:
@@ -259,6 +261,7 @@ def test_which_synthetic_keys_give_rows_already_read_other_ids(key: str) -> None
         assert same != changes_ids, f"{key} {a} -> {b}: same IDs {same}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("changes_ids", "direction"),
                          [(True, "down"), (True, "up"), (False, "down"), (False, "up")],
                          ids=["ids-down", "ids-up", "shape-down", "shape-up"])
@@ -380,6 +383,7 @@ def test_input_topic_partitions_or_topics_added_mid_batch_keep_the_output_exact(
     assert final.ok and final.open_transactions == 0, final.summary()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("key", "before", "after"), [
     ("sink__key_column", '"key"', '""'),
     ("sink__value_column", '"value"', '"key"'),
@@ -484,6 +488,7 @@ def test_the_sink_type_back_from_console_to_kafka_writes_the_later_batches_exact
     assert final.ok and final.open_transactions == 0, final.summary()
 
 
+@pytest.mark.slow
 def test_the_master_and_the_source_address_changed_mid_batch_keep_the_output_exact(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_checkpoint: str, tmp_path: Any) -> None:
@@ -525,6 +530,7 @@ def test_the_master_and_the_source_address_changed_mid_batch_keep_the_output_exa
     assert final.ok and final.open_transactions == 0, final.summary()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", ["mid-batch", "after-a-clean-stop"])
 def test_the_source_moved_to_another_kafka_cluster_is_refused_until_a_new_checkpoint(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
@@ -621,6 +627,7 @@ def _write_files(folder: Any, first: int, files: int, expected: dict[str, bytes]
         os.replace(staged, folder / name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["same-rows", "same-rows-new-checkpoint", "other-rows"])
 def test_files_source_keys_changed_mid_batch(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,

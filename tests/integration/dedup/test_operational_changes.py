@@ -174,6 +174,7 @@ def test_retry_after_the_horizon_passed_decides_as_the_first_attempt(
     assert sorted(r[0] for r in out) == [f"id-{i}" for i in range(5)]
 
 
+@pytest.mark.slow
 @pytest.mark.kafka
 def test_restart_with_fewer_shuffle_partitions_after_a_partial_batch_is_exact(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
@@ -260,6 +261,7 @@ def test_app_ids_with_one_metric_name_are_refused(spark: Any, redis_url: str,
         Deduplicator(DedupConfig(underscored, RedisConfig(redis_url))).apply(small_frame(spark))
 
 
+@pytest.mark.slow
 @pytest.mark.kafka
 @pytest.mark.parametrize("stall", ["dedup.after_claim", "sink.after_checkpoint"])
 @pytest.mark.parametrize("first_one_pass", [False, True], ids=["two-step-then-one-pass",
@@ -346,6 +348,7 @@ def test_a_renamed_app_id_on_the_same_checkpoint_is_refused(
     assert report.ok and report.open_transactions == 0, report.summary()
 
 
+@pytest.mark.slow
 @pytest.mark.kafka
 @pytest.mark.parametrize("one_pass", [False, True], ids=["two-step", "one-pass"])
 def test_a_kept_checkpoint_on_another_redis_is_refused(

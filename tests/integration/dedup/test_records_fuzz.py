@@ -51,6 +51,7 @@ def test_generated_records_are_written_once_or_refused_in_one_line(
     assert fuzz.tally.cases >= 150 and fuzz.tally.written > 0, fuzz.tally
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_the_harness_computes_the_id_problem_codes_the_jvm_does(spark: Any) -> None:
     """The record fuzzing computes the ID problem codes in Python (no Spark): they must

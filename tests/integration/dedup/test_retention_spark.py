@@ -76,6 +76,7 @@ def _bucket_keys(client: Any, app_id: str) -> list[str]:
     return sorted(client.scan_iter(match=f"{KEY_PREFIX}:{{{app_id}:s*}}:idx:*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["drop", "pass"])
 def test_ids_expire_after_the_horizon_and_late_records_follow_the_policy(
         spark: Any, redis_url: str, app_id: str, tmp_path: Path, policy: str) -> None:

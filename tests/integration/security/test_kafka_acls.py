@@ -153,6 +153,7 @@ NEEDED_BY_EVERY_RUN = [acl for acl in _acls("app") if acl.part.startswith("sink"
                        and acl.when in {"always", "until the marker topic exists"}]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("missing", NEEDED_BY_EVERY_RUN,
                          ids=[f"{a.resource_type}-{a.operation}" for a in NEEDED_BY_EVERY_RUN])
 def test_without_one_acl_the_write_fails_at_once_naming_it(

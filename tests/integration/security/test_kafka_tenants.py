@@ -176,6 +176,7 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
             ("B's sink with A's credentials", write_as_b)]
 
 
+@pytest.mark.slow
 def test_a_tenant_can_touch_nothing_of_another_tenants_sink(
         locked_kafka: KafkaBroker, tenant_acls: str, app_id: str) -> None:
     app_a, app_b = tenant_acls, app_id

@@ -55,6 +55,7 @@ def acl_user(redis_url: str) -> Iterator[MakeUser]:
     admin.close()
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.kafka
 @pytest.mark.parametrize("one_pass", [False, True], ids=["two-step", "one-pass"])

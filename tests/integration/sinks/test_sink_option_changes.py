@@ -90,6 +90,7 @@ def _output_ids(kafka: str, topic: str) -> Counter[str]:
                    for r in consume_all(kafka, topic, "read_committed"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "direction"), CASES, ids=[f"{n}-{d}" for n, d in CASES])
 def test_a_sink_option_changed_mid_batch_keeps_the_output_exact(
         kafka_bootstrap: str, redis_url: str, app_id: str, tmp_path: Path,

@@ -46,6 +46,7 @@ def _run_two_sinks(spark: Any, bootstrap: str, redis_url: str, app_id: str,
     return query, topics, second_topic, expected
 
 
+@pytest.mark.slow
 def test_two_outputs_of_one_app_id_are_both_exact(spark: Any, kafka_bootstrap: str,
                                                   redis_url: str, app_id: str,
                                                   tmp_checkpoint: str) -> None:
@@ -67,6 +68,7 @@ def test_two_outputs_with_one_output_name_are_refused(spark: Any, kafka_bootstra
     assert read_output(kafka_bootstrap, second_topic, "read_uncommitted") == []
 
 
+@pytest.mark.slow
 def test_an_output_renamed_or_moved_to_another_topic_mid_batch_is_refused(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_checkpoint: str) -> None:
@@ -179,6 +181,7 @@ def test_the_query_record_of_outputs_refuses_only_a_changed_output_on_a_replayed
         store.join_query(query, run, batch, topic, cluster)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("front", ["foreachBatch", "one-pass"])
 def test_a_new_writer_of_a_stopped_querys_output_is_not_refused(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_path: Any,

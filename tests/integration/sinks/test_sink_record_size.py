@@ -76,6 +76,7 @@ def _set_topic_limit(bootstrap: str, topic: str, limit: int) -> None:
         future.result(30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("advice", ["raise-the-limits", "dead-letter-topic"])
 def test_a_record_too_large_for_its_topic_is_refused_naming_the_way_out(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str, tmp_checkpoint: str,
@@ -131,6 +132,7 @@ def test_a_record_too_large_for_its_topic_is_refused_naming_the_way_out(
     assert (letter.value, letter.header(RECORD_ID_HEADER)) == (BIG_VALUE, BIG_ID.encode())
 
 
+@pytest.mark.slow
 def test_a_record_too_large_for_its_topic_goes_to_the_dead_letter_topic_once(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_checkpoint: str) -> None:
@@ -151,6 +153,7 @@ def test_a_record_too_large_for_its_topic_goes_to_the_dead_letter_topic_once(
     assert f"topic '{topics.out}'" in reason and "max.message.bytes" in reason, reason
 
 
+@pytest.mark.slow
 def test_a_compressed_batch_too_large_for_its_topic_is_refused_and_raising_its_limit_is_exact(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_checkpoint: str) -> None:

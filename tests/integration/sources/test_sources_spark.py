@@ -36,6 +36,7 @@ def _end_row(query: Any) -> int:
     return int(end["row"])
 
 
+@pytest.mark.slow
 def test_synthetic_stream_resumes_after_a_stop_without_gaps_or_repeats(
         spark: Any, tmp_path: Path) -> None:
     opts = SyntheticOptions(seed=21, rows_per_batch=150, total_rows=900, duplicate_rate=0.3,
