@@ -94,6 +94,7 @@ def test_spark_streaming_reads_through_kafka_connector(
     assert values == sorted(f"v{i}" for i in range(100))
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_python_streaming_data_source_and_writer(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from tests.integration import minimal_datasource as mds

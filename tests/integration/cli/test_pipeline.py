@@ -30,6 +30,7 @@ def test_the_one_pass_sink_frame_carries_the_event_time(spark: Any) -> None:
     assert sink_frame(frame, pipeline).columns == ["key", "value", "_record_id"]
 
 
+@pytest.mark.slow
 @pytest.mark.kafka
 @pytest.mark.redis
 def test_a_kept_checkpoint_on_another_redis_is_refused(

@@ -350,6 +350,7 @@ def test_output_topic_partitions_added_mid_batch_keep_the_output_exact(
     assert final.ok and final.open_transactions == 0, final.summary()
 
 
+@pytest.mark.slow
 def test_input_topic_partitions_or_topics_added_mid_batch_keep_the_output_exact(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_checkpoint: str, tmp_path: Any) -> None:

@@ -315,6 +315,7 @@ def test_switching_between_two_step_and_one_pass_after_a_partial_batch_is_exact(
     assert report.ok and report.open_transactions == 0, report.summary()
 
 
+@pytest.mark.slow
 @pytest.mark.kafka
 def test_a_renamed_app_id_on_the_same_checkpoint_is_refused(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,

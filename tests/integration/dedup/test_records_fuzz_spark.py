@@ -41,6 +41,7 @@ def _close_cached_clients() -> Iterator[None]:
     close_clients()
 
 
+@pytest.mark.slow
 def test_generated_records_through_one_streaming_query_are_written_once_or_refused(
         spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
         tmp_path: Path) -> None:

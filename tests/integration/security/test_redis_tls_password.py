@@ -44,6 +44,7 @@ def test_plain_connection_and_wrong_password_fail_closed_without_the_secret(
     assert all(PASSWORD not in text for text in shown), shown
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_pipeline_exact_over_tls_with_a_password(spark: Any, kafka_bootstrap: str,
