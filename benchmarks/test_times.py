@@ -54,11 +54,14 @@ TIERS: dict[str, list[str]] = {
 test checks that they do). README's test command is the fast tier; ``slow`` and the rest
 are README's second command, which CI runs after it."""
 
-SLOW_SECONDS = 20.0
+SLOW_SECONDS = 30.0
 """A test whose call (its fixtures' set-up aside: the session's Spark start falls on
-whichever test asks first) is recorded at this many seconds or more is marked ``slow``
-and leaves README's test command for CI's second command
-(``tests/unit/test_test_times.py`` checks the record)."""
+whichever test asks first) is recorded at this many seconds or more in README's test
+command fails ``tests/unit/test_test_times.py``: mark it ``slow`` (CI's second command
+runs it) or make it faster. The tests marked when the fast tier was cut took 20 s or
+more; the check allows 30 because a test's seconds vary by half with what the other
+worker runs (``test_sink_smoke.py``'s failure-free run: 14.0 s at e91f4c2, 12.0 and
+23.8 s in two runs of 2026-11-30)."""
 
 BUDGET_MINUTES: dict[str, float] = {"test_command": 12.0, "slow": 24.0, "long": 34.0,
                                     "connect": 14.0, "ci": 77.0}
