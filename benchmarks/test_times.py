@@ -107,9 +107,9 @@ def _key(classname: str, name: str, root: Path) -> str:
     for cut in range(len(parts), 0, -1):
         path = Path(root, *parts[:cut]).with_suffix(".py")
         if path.exists():
-            inner = [*parts[cut:], name.split("[")[0]]
+            inner = [*parts[cut:], _node_key(name)]
             return "::".join([path.relative_to(root).as_posix(), *inner])
-    return f"{classname}::{name.split('[')[0]}"
+    return f"{classname}::{_node_key(name)}"
 
 
 def read_junit(xml_text: str, root: Path = ROOT) -> dict[str, Any]:
@@ -137,6 +137,10 @@ def _node_key(node_id: str) -> str:
     return node_id.split("[")[0]
 
 
+_MARKS = "test_times-marks\t"
+"""The prefix of :func:`pytest_collection_modifyitems`'s lines, which :func:`tiers_of` reads."""
+
+
 def tier_by_marks(marks: set[str]) -> str:
     """The tier whose ``-m`` expression selects a test with these marker names. Pure."""
     for name in ("long", "slow", "test_command"):
@@ -152,9 +156,6 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
     """Print each collected test's markers (this module as a plugin of :func:`tiers_of`)."""
     for item in items:
         print(f"{_MARKS}{item.nodeid}\t{','.join(m.name for m in item.iter_markers())}")
-
-
-_MARKS = "test_times-marks\t"
 
 
 def tiers_of(tests: list[str]) -> dict[str, str]:
