@@ -18,6 +18,13 @@ topic, run with ``availableNow``:
   (:func:`sinks.deduplicate_to_kafka`: each row crosses into Python once);
 * ``dedup_spark_sink``: dedup, then Spark's Kafka sink -- splits the cost of
   the exactly-once path between the operator and our sink;
+* ``spark_dedup_hdfs`` / ``spark_dedup_rocksdb``: Spark's own dedup pipeline, what a
+  user picks instead of ours: Spark's Kafka source -> ``withWatermark`` on the Kafka
+  timestamp with the catalog's default horizon (7 days) -> ``dropDuplicatesWithinWatermark``
+  on the key -> Spark's Kafka sink, at least once; on the default HDFS-backed state store
+  and on RocksDB tuned as its users tune it (changelog checkpointing, no row count:
+  :data:`benchmarks.bench_operators.ROCKSDB_TUNED`). ``e2e_eos_fused_over_spark_dedup_alo``
+  divides one pass by the faster of the two in each round;
 * ``python_alo_one_pass``: ``eos_fused``'s job shape (shuffle by shard, one
   ``mapInArrow`` task per partition, our record conversion and record-ID
   header) producing at least once, with no dedup and no transaction
@@ -93,7 +100,12 @@ from sinks.kafka_io import ensure_topic
 from sinks.verify import read_observed
 
 VARIANTS = ("spark_alo", "eos_strong", "eos_weak", "eos_foreach_batch", "eos_fused",
-            "dedup_spark_sink", "python_alo_one_pass")
+            "dedup_spark_sink", "python_alo_one_pass", "spark_dedup_hdfs", "spark_dedup_rocksdb")
+SPARK_DEDUP = ("spark_dedup_hdfs", "spark_dedup_rocksdb")
+"""Spark's own dedup pipeline on its two state stores (the ratio's baseline is the faster)."""
+SPARK_DEDUP_DELAY = "7 days"
+"""The watermark delay of Spark's dedup pipeline: the catalog's default horizon
+(:class:`dedup.config.RetentionConfig`), so both keep the same IDs."""
 SMALL_VARIANTS = ("spark_alo", "eos_strong", "eos_foreach_batch", "eos_fused",
                   "python_alo_one_pass")
 SHUFFLE_PARTITIONS = 2
@@ -178,16 +190,29 @@ def pipeline_writer(spark: Any, variant: str, bootstrap: str, redis_url: str, so
     to ``timings`` when given (sink option ``timings.path``); no checkpoint location yet."""
     from pyspark.sql import functions as sf
 
+    from benchmarks.bench_operators import HDFS, ROCKSDB, ROCKSDB_TUNED
     from dedup import deduplicate
     from dedup.config import DedupConfig, RedisConfig
     from dedup.constants import RECORD_ID_HEADER
     from sources.kafka import read_kafka
 
-    if variant == "spark_alo":
+    # The state store is a session setting read when a query starts (and kept in its
+    # checkpoint): set for every variant, so one run's choice never leaks into the next.
+    rocksdb = variant == "spark_dedup_rocksdb"
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB if rocksdb else HDFS)
+    for key, setting in ROCKSDB_TUNED.items():
+        if rocksdb:
+            spark.conf.set(key, setting)
+        else:
+            spark.conf.unset(key)
+    if variant == "spark_alo" or variant in SPARK_DEDUP:
         df = read_kafka(spark, bootstrap, source, id_strategy="none",
-                        max_offsets_per_trigger=per_trigger).select("key", "value")
-        return (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                .option("topic", out))
+                        max_offsets_per_trigger=per_trigger)
+        if variant in SPARK_DEDUP:
+            df = (df.withWatermark("timestamp", SPARK_DEDUP_DELAY)
+                  .dropDuplicatesWithinWatermark(["key"]))
+        return (df.select("key", "value").writeStream.format("kafka")
+                .option("kafka.bootstrap.servers", bootstrap).option("topic", out))
     df = read_kafka(spark, bootstrap, source, id_strategy="key",
                     max_offsets_per_trigger=per_trigger)
     cfg = DedupConfig(app_id=app_id, redis=RedisConfig(url=redis_url))
@@ -234,15 +259,37 @@ def _measure(variant: str, writer: Any, bootstrap: str, out: str,
     finally:
         cpu_s = sampler.stop() if sampler is not None else None
     batches = streaming_batches(query)
+    work = spark_jobs(query)
     written = read_observed(bootstrap, out)
     keys = len({value for _, value in written})
+    per_batch = {f"{name}_per_batch": round(count / len(batches), 2)
+                 for name, count in work.items()} if batches else {}
     return {"variant": variant, "seconds": round(seconds, 3), "batches": len(batches),
+            **work, **per_batch,
             "batch_ms": [int((p.get("durationMs") or {}).get("triggerExecution", 0))
                          for p in batches],
             "input_rows": sum(int(p["numInputRows"]) for p in batches),
             "records_out": len(written), "distinct_out": keys,
             "duration_ms_by_phase": phase_durations(batches),
             **({"cpu_s": cpu_s} if cpu_s is not None else {})}
+
+
+def spark_jobs(query: Any) -> dict[str, int]:
+    """Spark jobs, stages and tasks of ``query``'s run (its job group is its run id), from
+    the session's status tracker: what each micro-batch costs the JVM beyond its rows.
+    Stages skipped because their shuffle output was reused are not counted."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is None:
+        return {}
+    tracker = session.sparkContext.statusTracker()
+    jobs = [info for info in map(tracker.getJobInfo, tracker.getJobIdsForGroup(str(query.runId)))
+            if info is not None]
+    stages = [stage for stage in (tracker.getStageInfo(sid) for job in jobs
+                                  for sid in job.stageIds) if stage is not None]
+    return {"jobs": len(jobs), "stages": len(stages),
+            "tasks": sum(stage.numTasks for stage in stages)}
 
 
 def finish_run(run: dict[str, Any], round_index: int, records: int) -> dict[str, Any]:
@@ -257,7 +304,7 @@ def finish_run(run: dict[str, Any], round_index: int, records: int) -> dict[str,
     return run
 
 
-THROUGHPUT_RATIOS = (
+THROUGHPUT_RATIOS: tuple[tuple[str, str, str | tuple[str, ...]], ...] = (
     ("e2e_eos_over_alo_kafka", "eos_strong", "spark_alo"),
     ("e2e_eos_weak_over_alo_kafka", "eos_weak", "spark_alo"),
     ("e2e_dedup_spark_sink_over_alo_kafka", "dedup_spark_sink", "spark_alo"),
@@ -266,6 +313,12 @@ THROUGHPUT_RATIOS = (
     # the one-pass shape's floor: at least once, no dedup, no transaction
     ("e2e_python_alo_one_pass_over_alo_kafka", "python_alo_one_pass", "spark_alo"),
     ("e2e_eos_fused_over_python_alo_one_pass", "eos_fused", "python_alo_one_pass"),
+    # what a user picks instead: Spark's own dedup pipeline, the faster of its two stores
+    ("e2e_eos_fused_over_spark_dedup_alo", "eos_fused", SPARK_DEDUP),
+    ("e2e_eos_fused_over_spark_dedup_hdfs", "eos_fused", "spark_dedup_hdfs"),
+    ("e2e_eos_fused_over_spark_dedup_rocksdb", "eos_fused", "spark_dedup_rocksdb"),
+    ("e2e_spark_dedup_hdfs_over_alo_kafka", "spark_dedup_hdfs", "spark_alo"),
+    ("e2e_spark_dedup_rocksdb_over_alo_kafka", "spark_dedup_rocksdb", "spark_alo"),
 )
 """(name, numerator, baseline) of the throughput ratios of the main rounds."""
 SMALL_RATIOS = (
@@ -284,7 +337,8 @@ SMALL_RATIOS = (
      "p50_ms"),
 )
 """(name, numerator, baseline, the run's figure) of the small-batch rounds' ratios."""
-PER_VARIANT_KEYS = ("records_per_s", "seconds", *(f"cpu_s_per_record_{c}" for c in CPU_CLASSES))
+PER_VARIANT_KEYS = ("records_per_s", "seconds", *(f"cpu_s_per_record_{c}" for c in CPU_CLASSES),
+                    "jobs_per_batch", "stages_per_batch", "tasks_per_batch")
 
 
 def summarize(runs: list[dict[str, Any]], small: list[dict[str, Any]]) -> dict[str, Any]:

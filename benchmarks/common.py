@@ -323,28 +323,33 @@ def spread(values: Sequence[float]) -> float | None:
     return float(max(values) - min(values)) if values else None
 
 
-def per_round_ratios(runs: Sequence[Mapping[str, Any]], numerator: str, denominator: str,
+def per_round_ratios(runs: Sequence[Mapping[str, Any]], numerator: str,
+                     denominator: str | tuple[str, ...],
                      value: str | Callable[[Mapping[str, Any]], float] = "records_per_s",
                      digits: int = 3) -> list[float]:
     """``value(numerator) / value(denominator)`` for each round (``run["round"]``) in
     which both variants ran, in round order; numerator and baseline always come from
-    the same round. Rounds with a zero baseline are left out."""
+    the same round. Rounds with a zero baseline are left out. A tuple of baselines
+    divides by the largest of their values in that round (the faster of two pipelines
+    a user could pick instead, for throughput); a round needs all of them."""
     get = value if callable(value) else (lambda run: float(run[value]))
+    baselines = (denominator,) if isinstance(denominator, str) else denominator
     by_round: dict[int, dict[str, Mapping[str, Any]]] = {}
     for run in runs:
         by_round.setdefault(int(run.get("round", 0)), {})[str(run["variant"])] = run
     out: list[float] = []
     for index in sorted(by_round):
         pair = by_round[index]
-        if numerator in pair and denominator in pair:
-            value_r = ratio(get(pair[numerator]), get(pair[denominator]), digits)
+        if numerator in pair and all(name in pair for name in baselines):
+            best = max(get(pair[name]) for name in baselines)
+            value_r = ratio(get(pair[numerator]), best, digits)
             if value_r is not None:
                 out.append(value_r)
     return out
 
 
 def round_ratio(runs: Sequence[Mapping[str, Any]], name: str, numerator: str,
-                denominator: str,
+                denominator: str | tuple[str, ...],
                 value: str | Callable[[Mapping[str, Any]], float] = "records_per_s",
                 digits: int = 3) -> dict[str, Any]:
     """``{name: median, name_spread: max - min, name_rounds: per-round values}`` of the

@@ -83,6 +83,16 @@ def test_a_round_missing_a_variant_is_left_out_and_other_figures_work() -> None:
                                                     "x_rounds": []}
 
 
+def test_a_tuple_of_baselines_divides_by_the_fastest_of_them_in_each_round() -> None:
+    # Spark's dedup pipeline on two state stores: the ratio is against whichever was
+    # faster in that round; a round missing one of them gives no ratio.
+    runs = _runs({"ours": [100.0, 90.0, 80.0], "hdfs": [200.0, 100.0],
+                  "rocksdb": [125.0, 180.0]})
+    assert per_round_ratios(runs, "ours", ("hdfs", "rocksdb")) == [0.5, 0.5]
+    assert round_ratio(runs, "x", "ours", ("hdfs", "rocksdb"))["x_spread"] == 0.0
+    assert per_round_ratios(runs, "ours", ("hdfs",)) == per_round_ratios(runs, "ours", "hdfs")
+
+
 def test_variant_medians_skip_missing_values() -> None:
     runs = [{"variant": "a", "records_per_s": r, "cpu_s_per_record_jvm": c}
             for r, c in ((1.0, 2e-6), (3.0, None), (2.0, 4e-6))]
@@ -94,7 +104,8 @@ def test_e2e_summary_has_median_spread_and_rounds_of_every_ratio() -> None:
     rates = {"spark_alo": [100.0, 80.0, 100.0], "eos_strong": [50.0, 48.0, 45.0],
              "eos_weak": [60.0] * 3, "eos_foreach_batch": [55.0] * 3,
              "eos_fused": [70.0, 72.0, 60.0], "dedup_spark_sink": [65.0] * 3,
-             "python_alo_one_pass": [80.0] * 3}
+             "python_alo_one_pass": [80.0] * 3, "spark_dedup_hdfs": [70.0, 90.0, 75.0],
+             "spark_dedup_rocksdb": [100.0, 60.0, 50.0]}
     runs = _runs(rates)
     for run in runs:
         run.update(cpu_s_per_record_jvm=1e-5, cpu_s_per_record_python=2e-5)
@@ -106,6 +117,8 @@ def test_e2e_summary_has_median_spread_and_rounds_of_every_ratio() -> None:
     assert out["e2e_eos_over_alo_kafka_spread"] == 0.15
     assert out["e2e_eos_fused_over_python_alo_one_pass_rounds"] == [0.875, 0.9, 0.75]
     assert out["batch_latency_p50_eos_over_alo_rounds"] == [2.0, 1.667, 2.222]
+    # against the faster of Spark's two dedup pipelines of each round: 70/100, 72/90, 60/75
+    assert out["e2e_eos_fused_over_spark_dedup_alo_rounds"] == [0.7, 0.8, 0.8]
     assert out["records_per_s"]["spark_alo"] == 100.0
     assert out["per_variant"]["eos_strong"]["cpu_s_per_record_python"] == 2e-5
     for name, *_ in (*bench_e2e.THROUGHPUT_RATIOS, *bench_e2e.SMALL_RATIOS):
