@@ -35,6 +35,8 @@ HEADLINES = {
             "e2e_eos_fused_over_spark_dedup_alo", "e2e_eos_fused_over_spark_dedup_hdfs",
             "e2e_eos_fused_over_spark_dedup_rocksdb", "e2e_spark_dedup_hdfs_over_alo_kafka",
             "e2e_spark_dedup_rocksdb_over_alo_kafka"),
+    "state": ("e2e_eos_fused_over_spark_dedup_alo_10m", "e2e_eos_fused_over_spark_dedup_hdfs_10m",
+              "e2e_eos_fused_over_spark_dedup_rocksdb_10m"),
     "growth": ("catalog_bytes_per_id",),
     "redis_cluster": ("dedup_redis_replica_wait_over_single", "dedup_redis_cluster_over_single"),
     "kafka_cluster": ("eos_sink_kafka3_over_kafka1", "spark_sink_kafka3_over_kafka1",
@@ -55,7 +57,7 @@ SOAK_KEYS = {
 }
 """The soak's figures (``soak.json``, ``soak_baseline.json``), in the summary as
 ``<file>_<key>``: ``soak_batches``, ``soak_worker_rss_growth_mb_per_1k_batches``, ..."""
-ROUNDED = ("operators", "e2e")
+ROUNDED = ("operators", "e2e", "state")
 """Benchmarks whose ratios are medians over rounds: each headline ratio has its
 ``<ratio>_spread`` (max - min over the rounds) beside it in the summary."""
 for _name in ROUNDED:
@@ -366,6 +368,10 @@ def markdown(data: dict[str, dict[str, Any]], figures: dict[str, Any]) -> str:
          ">= 0.55x (goal 0.6x; deduplicate_to_kafka: dedup and sink in one pass)",
          _bar(figures.get("e2e_eos_fused_over_alo_kafka"), 0.55, 0.6)),
         ("e2e_eos_fused_over_alo_kafka_small", "reported (one pass, 5,000 per trigger)", ""),
+        ("e2e_eos_fused_over_spark_dedup_alo_10m",
+         ">= 1.0x (goal 1.5x; the same after 10 million IDs are in both pipelines' state, "
+         "bench_state)",
+         _bar(figures.get("e2e_eos_fused_over_spark_dedup_alo_10m"), 1.0, 1.5)),
         ("e2e_eos_fused_over_spark_dedup_alo",
          ">= 0.85x (goal 1.0x; one pass against Spark's own dedup pipeline, the faster of "
          "its HDFS and RocksDB state stores in each round)",
@@ -561,7 +567,7 @@ def main() -> dict[str, Any]:
     data = {name: d for name in ("bloom", "operators", "e2e", "growth", "profile_operator",
                                  "sink", "dedup_quick", "redis_cluster",
                                  "kafka_cluster", "spark_cluster", "restart", "model",
-                                 "soak", "soak_baseline")
+                                 "soak", "soak_baseline", "state")
             if (d := load(name)) is not None}
     figures = summary_figures(data)
     merge_summary(figures)
