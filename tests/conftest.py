@@ -21,16 +21,14 @@ import pytest
 
 from dedup.local.kafka_cluster import KafkaCluster
 from dedup.local.services import KafkaBroker, RedisServer
-from tests.jvm_archive import spark_submit_opts
 
 # Every Spark JVM the suite starts (the session's, each `dedup run` child's, each
-# user script's, the Spark Connect server) runs with C1 alone and maps a class-data-
-# sharing archive of PySpark's classes (tests/jvm_archive.py): only how code is compiled
-# and loaded changes, not what runs. spark-submit reads this variable for the driver's
-# JVM (JDK_JAVA_OPTIONS would print a note on every child's stderr, which tests read).
-# xdist's workers inherit it from the controller, which makes the archive first.
-if "SPARK_SUBMIT_OPTS" not in os.environ:
-    os.environ["SPARK_SUBMIT_OPTS"] = spark_submit_opts()
+# user script's, the Spark Connect server) lives seconds to minutes, and on two
+# cores the C2 compiler's work for them is time no test gets: C1 alone cut the
+# CPU of a run of two test files by 23% (docs/development.md). Only the JIT tier
+# changes, not what runs; spark-submit reads this variable for the driver's JVM
+# (JDK_JAVA_OPTIONS would print a note on every child's stderr, which tests read).
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 
 @pytest.hookimpl(hookwrapper=True)
