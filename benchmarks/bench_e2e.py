@@ -117,18 +117,19 @@ AT_LEAST_ONCE = ("spark_alo", "python_alo_one_pass")
 
 
 def fill_with_duplicates(bootstrap: str, topic: str, records: int, dup_rate: float,
-                         value_bytes: int, seed: int) -> int:
+                         value_bytes: int, seed: int, first: int = 0) -> int:
     """Produce ``records`` messages (duplicates re-send an earlier key and value).
 
-    Returns the number of distinct keys. Keys and values follow
-    :func:`benchmarks.bench_sink.fill`.
+    New IDs are numbered from ``first`` on; a re-send picks one of the last 50,000 IDs
+    (which may lie before ``first``). Returns the next unused ID: from ``first`` 0, the
+    number of distinct keys. Keys and values follow :func:`benchmarks.bench_sink.fill`.
     """
     ensure_topic(bootstrap, topic, INPUT_PARTITIONS)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                          "queue.buffering.max.messages": 1_000_000})
     rng = random.Random(seed)
     pad = "x" * max(0, value_bytes - 20)
-    originals = 0
+    originals = first
     for _ in range(records):
         if originals and rng.random() < dup_rate:
             n = max(0, originals - 1 - rng.randrange(min(originals, 50_000)))

@@ -29,14 +29,13 @@ variant, or the benchmark is void. Writes ``results/state.json`` (not a step of
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from benchmarks.bench_e2e import SPARK_DEDUP, pipeline_writer
+from benchmarks.bench_e2e import SPARK_DEDUP, fill_with_duplicates, pipeline_writer
 from benchmarks.bench_sink import INPUT_PARTITIONS
 from benchmarks.common import (
     bench_args,
@@ -50,6 +49,7 @@ from benchmarks.common import (
     run_to_end,
     spark_jvm_pid,
     spread,
+    streaming_batches,
     write_json,
 )
 from sinks.kafka_io import ensure_topic
@@ -58,30 +58,6 @@ VARIANTS = ("eos_fused", *SPARK_DEDUP)
 TOPIC = "bench-state-input"
 PARTITIONS = 2
 """Shuffle partitions, one per core of ``local[2]`` (as ``bench_e2e`` and ``dedup run``)."""
-
-
-def produce(bootstrap: str, first: int, count: int, dup_rate: float, pad: str,
-            rng: random.Random) -> int:
-    """Append ``count`` records to :data:`TOPIC`: new IDs from ``first`` on, and with
-    probability ``dup_rate`` a re-send of one of the last 50,000 IDs (which may lie in
-    the state). Returns the next unused ID."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "queue.buffering.max.messages": 1_000_000})
-    nxt = first
-    for _ in range(count):
-        if nxt and rng.random() < dup_rate:
-            n = max(0, nxt - 1 - rng.randrange(min(nxt, 50_000)))
-        else:
-            n, nxt = nxt, nxt + 1
-        while True:
-            try:
-                producer.produce(TOPIC, key=f"id-{n:09d}".encode(), value=f"{n:09d}-{pad}".encode(),
-                                 partition=n % INPUT_PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(120)
-    return nxt
 
 
 def count_output(bootstrap: str, topic: str, ids: int) -> dict[str, int]:
@@ -148,7 +124,7 @@ def run(spark: Any, variant: str, bootstrap: str, redis_url: str, workdir: Path,
                              f"bench-state-out-{variant}", app_id=f"bench-state-{variant}",
                              partitions=PARTITIONS)
     seconds, query = run_to_end(writer.option("checkpointLocation", str(checkpoint)))
-    batches = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
+    batches = streaming_batches(query)
     batch_ms = [int((p.get("durationMs") or {}).get("triggerExecution", 0)) for p in batches]
     steady_rows = sum(int(p["numInputRows"]) for p in batches[1:])
     steady_s = sum(batch_ms[1:]) / 1000
@@ -171,17 +147,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                "driver_memory": "spark.driver.memory of the local[2] session (Spark's "
                                 "HDFS-backed store keeps the state on the JVM's heap)"})
     log = progress("state")
-    rng = random.Random(7)
-    pad = "x" * max(0, args.value_bytes - 20)
     fills: dict[str, dict[str, Any]] = {}
     runs: list[dict[str, Any]] = []
     with bench_services("state", kafka=True) as services:
         bootstrap = services.bootstrap
-        ensure_topic(bootstrap, TOPIC, INPUT_PARTITIONS)
         for variant in VARIANTS:
             ensure_topic(bootstrap, f"bench-state-out-{variant}", INPUT_PARTITIONS)
         started = time.monotonic()
-        next_id = produce(bootstrap, 0, args.state_ids, 0.0, pad, rng)
+        next_id = fill_with_duplicates(bootstrap, TOPIC, args.state_ids, 0.0,
+                                       args.value_bytes, seed=7)
         log(f"state topic filled: {args.state_ids:,} IDs in {time.monotonic() - started:.0f} s")
         import redis as redis_client
 
@@ -206,7 +180,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"{fill['state_memory_bytes']}, disk {fill['state_disk_bytes']:,} B, "
                     f"Redis +{fill['redis_used_memory_delta']:,} B)")
             for index in range(-1, args.repeats):  # round -1: the warm-up, not kept
-                next_id = produce(bootstrap, next_id, args.records, args.dup_rate, pad, rng)
+                next_id = fill_with_duplicates(bootstrap, TOPIC, args.records, args.dup_rate,
+                                               args.value_bytes, seed=8 + index, first=next_id)
                 for variant in round_order(VARIANTS, max(index, 0), "rotate"):
                     result = run(spark, variant, bootstrap, services.redis_url,
                                  services.workdir, args.per_trigger)
