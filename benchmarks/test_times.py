@@ -48,7 +48,8 @@ TIERS: dict[str, list[str]] = {
     "slow": ["-m", "slow and not chaos and not cluster and not connect", "-n", "2", "--dist",
              "worksteal"],
     "long": ["-m", "chaos or cluster", "-n", "2", "--dist", "loadfile"],
-    "connect": ["-p", "no:cacheprovider", "tests/integration/connect"],
+    "connect": ["-p", "no:cacheprovider", "tests/integration/connect", "-n", "2", "--dist",
+                "worksteal"],
 }
 """Each tier's pytest arguments, as README's commands and ``.ci/run`` give them (a unit
 test checks that they do). README's test command is the fast tier; ``slow`` and the rest
