@@ -166,7 +166,9 @@ def test_retry_after_the_horizon_passed_decides_as_the_first_attempt(
             raise RuntimeError("injected: first attempt fails after the dedup decision")
         return value
 
-    probe = sf.udf(fail_first_attempt, IntegerType()).asNondeterministic()
+    # useArrow given: PySpark then does not try the type hints for an Arrow UDF, which
+    # warns "Cannot infer the eval type from type hints" in the run's summary
+    probe = sf.udf(fail_first_attempt, IntegerType(), useArrow=False).asNondeterministic()
     # The probe is collected too: a column selected away would be pruned, and no
     # attempt would fail.
     out = kept.withColumn("probe", probe(sf.lit(1))).select(DEFAULT_ID_COLUMN, "probe").collect()
