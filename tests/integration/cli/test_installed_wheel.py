@@ -7,7 +7,9 @@ lands in the per-user cache folder: none in site-packages, none in the working f
 Then a plain SparkSession whose workers start another Python is refused by
 ``sinks.register`` in one line that names ``PYSPARK_PYTHON``.
 
-Takes about 3-4 minutes, most of it pip installing PySpark from pip's cache.
+Takes about 3-4 minutes on the 2-core machine: about one for the set-up (the wheel
+built, a virtual environment, the wheel and its dependencies installed from pip's cache),
+the rest the fetch, the services and the example run.
 """
 
 from __future__ import annotations
