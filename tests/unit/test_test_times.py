@@ -131,3 +131,24 @@ def test_every_chaos_kind_left_out_of_ci_names_tests_of_ci_that_inject_its_fault
             [function] = [n for n in ast.parse((ROOT / path).read_text()).body
                           if isinstance(n, ast.FunctionDef) and n.name == name]
             assert not any("skip" in ast.unparse(d) for d in function.decorator_list), node_id
+
+
+def test_timing_new_tests_alone_keeps_the_date_machine_and_commit_of_the_tiers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--only`` adds a new test's seconds to a record whose tier minutes were measured
+    on another day, machine and commit: the record must keep saying which."""
+    xml = ('<testsuites><testsuite><testcase classname="tests.unit.test_test_cpu" '
+           'name="test_files_sum_their_tests" time="0.5"/></testsuite></testsuites>')
+    old = {"commit": "0988ddf", "date": "2026-11-30 08:33 UTC", "machine": "the other one"}
+    written: dict[str, dict] = {}  # type: ignore[type-arg]
+    monkeypatch.setattr(times, "load", lambda: {"metadata": dict(old), "tiers": {
+        "test_command": {"minutes": 4.1, "seconds_by_test": {}}}})
+    monkeypatch.setattr(times, "_run", lambda args, timeout: (xml, 1.0, 0))
+    monkeypatch.setattr(times, "tiers_of", lambda files: {})
+    monkeypatch.setattr(times, "write_json", lambda name, data: written.update(data=data))
+    monkeypatch.setattr(times, "merge_summary", lambda figures: None)
+    assert times.main(["--only", "tests/unit/test_test_cpu.py"]) == 0
+    data = written["data"]
+    assert data["tiers"]["test_command"]["seconds_by_test"] == {
+        "tests/unit/test_test_cpu.py::test_files_sum_their_tests": 0.5}
+    assert {k: data["metadata"].get(k) for k in old} == old, data["metadata"]
