@@ -254,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         data["setup_minutes"] = round(args.setup_seconds / 60, 1)
     if args.note:
         data["note"] = args.note
-    data["metadata"] = {**run_metadata(), "commit": commit()}
+    if args.junit or not measured_elsewhere or args.tier or "metadata" not in data:
+        # Tier minutes were measured: the record is of this sitting. Seconds of new tests
+        # (--only), a note or set-up's seconds leave it the sitting it was.
+        data["metadata"] = {**run_metadata(), "commit": commit()}
     write_json(RESULT, data)
     figures = {k: v for k, v in totals(data).items() if v is not None}
     merge_summary(figures)
