@@ -27,10 +27,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import ProcStat, process_table
 
 ENV_TEST = "DEDUP_CPU_TEST"
 ENV_DIR = "DEDUP_CPU_DIR"
@@ -56,25 +59,7 @@ def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
     _say(nodeid)
 
 
-# -- the sampler
-
-Proc = tuple[str, int, int, int]  # command, parent pid, CPU ticks (own), start time
-
-
-def read_procs() -> dict[int, Proc]:
-    """Every process's command, parent, own user+system ticks and start time."""
-    procs: dict[int, Proc] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        comm = text[text.find("(") + 1:text.rfind(")")]
-        rest = text[text.rfind(")") + 2:].split()
-        procs[int(name)] = (comm, int(rest[1]), int(rest[11]) + int(rest[12]), int(rest[19]))
-    return procs
+# -- the sampler (the process table is benchmarks.common's)
 
 
 def _env_test(pid: int) -> str | None:
@@ -87,7 +72,7 @@ def _env_test(pid: int) -> str | None:
     return None
 
 
-def attribute(procs: Mapping[int, Proc], current: Mapping[int, str], pid: int,
+def attribute(procs: Mapping[int, ProcStat], current: Mapping[int, str], pid: int,
               env_test: str | None) -> str:
     """The test a process's CPU counts for: its nearest pytest ancestor's current test,
     else the test its environment names, else ``other:<command>``."""
@@ -95,8 +80,8 @@ def attribute(procs: Mapping[int, Proc], current: Mapping[int, str], pid: int,
     while seen in procs and hops < 64:
         if seen in current:
             return current[seen]
-        seen, hops = procs[seen][1], hops + 1
-    return env_test or f"other:{procs[pid][0]}"
+        seen, hops = procs[seen].ppid, hops + 1
+    return env_test or f"other:{procs[pid].comm}"
 
 
 class Sampler:
@@ -104,8 +89,8 @@ class Sampler:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.last: dict[int, tuple[int, int]] = {pid: (p[3], p[2])
-                                                 for pid, p in read_procs().items()}
+        self.last: dict[int, tuple[int, int]] = {pid: (p.starttime, p.own)
+                                                 for pid, p in process_table().items()}
         self.env: dict[tuple[int, int], str | None] = {}
         self.seconds: dict[str, float] = collections.defaultdict(float)
 
@@ -119,8 +104,9 @@ class Sampler:
         return current
 
     def sample(self) -> None:
-        procs, current = read_procs(), self._current()
-        for pid, (_, _, ticks, start) in procs.items():
+        procs, current = process_table(), self._current()
+        for pid, stat in procs.items():
+            ticks, start = stat.own, stat.starttime
             before = self.last.get(pid)
             grown = ticks - before[1] if before and before[0] == start else ticks
             self.last[pid] = (start, ticks)
@@ -145,8 +131,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     pytest_args = [a for a in args.pytest_args if a != "--"]
-    import tempfile
-
     with tempfile.TemporaryDirectory() as folder:
         env = {**os.environ, ENV_DIR: folder}
         started = time.monotonic()

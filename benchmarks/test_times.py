@@ -244,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         data["tiers"][name] = {**read_junit(Path(path).read_text()),
                                "minutes": round(float(walls[name]) / 60, 1)}
     measured_elsewhere = args.only or args.junit or args.note or args.setup_seconds
+    tiers_measured = bool(args.junit)
     for name in args.tier or ([] if measured_elsewhere else list(TIERS)):
+        tiers_measured = True
         print(f"test_times: tier {name}: pytest {' '.join(TIERS[name])}", flush=True)
         xml, wall, code = _run(TIERS[name], args.timeout)
         exit_code = exit_code or code
@@ -254,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         data["setup_minutes"] = round(args.setup_seconds / 60, 1)
     if args.note:
         data["note"] = args.note
-    if args.junit or not measured_elsewhere or args.tier or "metadata" not in data:
-        # Tier minutes were measured: the record is of this sitting. Seconds of new tests
-        # (--only), a note or set-up's seconds leave it the sitting it was.
+    if tiers_measured or "metadata" not in data:
+        # The record is of the sitting that measured its tiers' minutes: seconds of new
+        # tests (--only), a note or set-up's seconds leave it that sitting's.
         data["metadata"] = {**run_metadata(), "commit": commit()}
     write_json(RESULT, data)
     figures = {k: v for k, v in totals(data).items() if v is not None}

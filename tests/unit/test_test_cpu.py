@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from benchmarks.common import ProcStat
 from benchmarks.test_cpu import attribute, by_file
 
-# pid -> (command, parent pid, CPU ticks, start time)
-PROCS = {
-    1: ("init", 0, 0, 0),
-    10: ("python", 1, 5, 1),      # an xdist worker
-    11: ("java", 10, 50, 2),      # its SparkSession
-    12: ("python", 11, 3, 3),     # a Python worker of that session
-    20: ("java", 1, 40, 4),       # a `dedup run` child's JVM, orphaned
-    30: ("kdamond.0", 2, 9, 0),   # a kernel thread
-}
+
+def _proc(pid: int, comm: str, ppid: int) -> ProcStat:
+    return ProcStat(pid=pid, comm=comm, ppid=ppid, utime=1, stime=0, cutime=0, cstime=0,
+                    starttime=pid)
+
+
+PROCS = {p.pid: p for p in (
+    _proc(1, "init", 0),
+    _proc(10, "python", 1),      # an xdist worker
+    _proc(11, "java", 10),       # its SparkSession
+    _proc(12, "python", 11),     # a Python worker of that session
+    _proc(20, "java", 1),        # a `dedup run` child's JVM, orphaned
+    _proc(30, "kdamond.0", 2),   # a kernel thread
+)}
 
 
 def test_a_process_counts_for_the_test_its_pytest_ancestor_runs() -> None:
