@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import os
 import queue
+import shlex
 import signal
 import socket
 import subprocess
@@ -461,7 +462,9 @@ class KafkaBroker:
         JVM heap (``-Xmx``), 256-512 MB is plenty for tests.
     overrides:
         Extra ``server.properties`` entries (for example
-        ``{"transaction.max.timeout.ms": "60000"}``).
+        ``{"transaction.max.timeout.ms": "60000"}``). Further JVM options come from the
+        environment's ``KAFKA_OPTS``, read at each start, as Kafka's own scripts take
+        them.
     node_id, quorum_voters, cluster_id:
         For one node of a multi-node cluster (:class:`~dedup.local.kafka_cluster.KafkaCluster`):
         its ``node.id``, the ``controller.quorum.voters`` all nodes share, and
@@ -603,6 +606,8 @@ class KafkaBroker:
             java, f"-Xms{min(self.heap_mb, 256)}m", f"-Xmx{self.heap_mb}m",
             "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            # after ours, so that one of them given again there wins
+            *shlex.split(os.environ.get("KAFKA_OPTS", "")),
             "-cp", f"{jars}/*", main_class, *args,
         ]
 
