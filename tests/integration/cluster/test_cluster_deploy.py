@@ -62,6 +62,7 @@ from tests.integration.cli.test_installed_wheel import SOURCES, _run
 from tests.integration.cluster.test_spark_standalone import _ancestor
 from tests.integration.dedup.helpers import write_batches
 from tests.integration.sinks.pipeline import read_output
+from tests.jvm import with_c1_jvms
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.cluster,
               pytest.mark.redis, pytest.mark.kafka]
@@ -165,14 +166,15 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Shipped:
 
 def _worker_env() -> dict[str, str]:
     """The daemons' environment: this machine's, without any path to the checkout or
-    its virtual environment, and none of the suite's Python or Spark settings."""
+    its virtual environment, and none of the suite's Python or Spark settings but the
+    JVMs' JIT tier (:func:`tests.jvm.with_c1_jvms`)."""
     venv_bin = (ROOT / ".venv" / "bin").resolve()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DEDUP_", "PYSPARK_", "SPARK_"))
            and k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if p and Path(p).resolve() != venv_bin)
-    return env
+    return with_c1_jvms(env)
 
 
 @pytest.fixture(scope="module")

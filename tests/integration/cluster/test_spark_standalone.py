@@ -29,6 +29,7 @@ from dedup.failpoints import ENV_VAR, arm, fired
 from dedup.local.spark_cluster import SparkStandaloneCluster
 from tests.integration.cli.jars import jar_env
 from tests.integration.dedup.helpers import assert_exact, reference, write_batches
+from tests.jvm import with_c1_jvms
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.cluster,
               pytest.mark.redis]
@@ -39,7 +40,8 @@ JOB = ROOT / "tests" / "integration" / "dedup" / "multi_executor_job.py"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
-    spark_cluster = SparkStandaloneCluster(tmp_path_factory.mktemp("spark-standalone"))
+    spark_cluster = SparkStandaloneCluster(tmp_path_factory.mktemp("spark-standalone"),
+                                           environ=with_c1_jvms(os.environ))
     spark_cluster.start()
     try:
         yield spark_cluster
