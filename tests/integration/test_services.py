@@ -24,6 +24,23 @@ def test_redis_write_and_read(redis_url: str, app_id: str) -> None:
     assert client.config_get("appendonly")["appendonly"] == "yes"
 
 
+@pytest.mark.redis
+def test_a_replica_of_a_local_redis_gets_its_copy_at_once(tmp_path: Path) -> None:
+    """Redis' default waits 5 s before the first copy for a replica, for more replicas
+    to share it; every test that attaches a replica (failovers, the Redis Cluster's
+    start) paid that wait."""
+    from dedup.local.services import RedisServer
+    from tests.integration.dedup.helpers import replicate
+
+    with RedisServer(tmp_path / "primary") as primary, \
+            RedisServer(tmp_path / "replica") as replica:
+        redis.Redis.from_url(primary.url).set("k", b"v")
+        started = time.monotonic()
+        copy = replicate(primary.url, replica.url)
+        assert time.monotonic() - started < 2.5
+        assert copy.get("k") == b"v"
+
+
 def _transactional_producer(bootstrap: str, txn_id: str) -> Producer:
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
     producer.init_transactions(30)
