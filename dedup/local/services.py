@@ -342,6 +342,9 @@ class RedisServer:
     tls:
         Certificates (:func:`dedup.local.tls.make_certificates`): the server then
         speaks only TLS on ``port`` and :attr:`url` is ``rediss://``.
+
+    A replica of this server gets its first copy at once (``repl-diskless-sync-delay``
+    0), not after Redis' default wait of 5 s for more replicas to share the transfer.
     """
 
     def __init__(self, data_dir: Path, port: int | None = None, appendonly: bool = True,
@@ -393,7 +396,10 @@ class RedisServer:
             "--dir", str(self.data_dir), "--daemonize", "no", "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", self.appendfsync, "--protected-mode", "yes",
-            "--logfile", "", "--loglevel", "warning", *secured, *self.extra_args,
+            "--logfile", "", "--loglevel", "warning",
+            # A replica that attaches syncs at once: Redis waits 5 s by default for
+            # more replicas to share one transfer, and a local one attaches alone.
+            "--repl-diskless-sync-delay", "0", *secured, *self.extra_args,
         ]
         self._proc = _Process(argv, self.data_dir / "redis.log", self.die_with_parent)
         _wait_until(self.ping, timeout, f"redis-server on port {self.port}", self._proc)
