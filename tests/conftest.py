@@ -23,16 +23,10 @@ from dedup.local.kafka_cluster import KafkaCluster
 from dedup.local.services import KafkaBroker, RedisServer
 from tests.jvm import C1_ONLY
 
-# Every Spark JVM the suite starts (the session's, each `dedup run` child's, each
-# user script's, the Spark Connect server) lives seconds to minutes, and on two
-# cores the C2 compiler's work for them is time no test gets: C1 alone cut the
-# CPU of a run of two test files by 23% (docs/development.md). Only the JIT tier
-# changes, not what runs; spark-submit reads this variable for the driver's JVM
-# (JDK_JAVA_OPTIONS would print a note on every child's stderr, which tests read).
+# Every JVM of the suite on C1 alone (why: tests/jvm.py). spark-submit reads
+# SPARK_SUBMIT_OPTS for a driver's JVM (JDK_JAVA_OPTIONS would print a note on every
+# child's stderr, which tests read); KafkaBroker adds KAFKA_OPTS to a broker's.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", C1_ONLY)
-# The suite's Kafka brokers too (KafkaBroker adds KAFKA_OPTS to its JVM's options):
-# a broker of the suite lives seconds to minutes with little to do, and spent 30-45%
-# of its CPU in the C2 compiler (its threads' CPU in /proc, 2026-12-02).
 os.environ.setdefault("KAFKA_OPTS", C1_ONLY)
 
 
