@@ -41,6 +41,32 @@ def test_a_replica_of_a_local_redis_gets_its_copy_at_once(tmp_path: Path) -> Non
         assert copy.get("k") == b"v"
 
 
+@pytest.mark.redis
+def test_a_local_redis_stopped_while_it_writes_its_first_aof_exits_cleanly(
+        tmp_path: Path) -> None:
+    """Redis drops a SIGTERM that comes while it writes the AOF that ``CONFIG SET
+    appendonly yes`` starts ("Writing initial AOF, can't exit"), and stays up: a stop
+    right after following the refusal advice "enable it with `CONFIG SET appendonly
+    yes`" waited out its whole timeout and ended in SIGKILL (10 s per such test)."""
+    from dedup.local.services import RedisServer
+
+    folder = tmp_path / "redis"
+    server = RedisServer(folder, appendonly=False).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        client.set("k", b"v")
+        client.config_set("appendonly", "yes")
+        started = time.monotonic()
+        server.stop(timeout=30)
+        stopped_in = time.monotonic() - started
+    finally:
+        server.kill()
+    assert "ready to exit" in (folder / "redis.log").read_text(), \
+        f"redis-server did not shut down cleanly (stop took {stopped_in:.1f} s)"
+    with RedisServer(folder, appendonly=True) as again:
+        assert redis.Redis.from_url(again.url).get("k") == b"v"
+
+
 def _transactional_producer(bootstrap: str, txn_id: str) -> Producer:
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
     producer.init_transactions(30)
