@@ -302,15 +302,24 @@ class _Process:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.popen.pid, sig)
 
-    def stop(self, timeout: float) -> None:
+    def stop(self, timeout: float, repeat_every: float | None = None) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; with ``repeat_every``, SIGTERM
+        again at that interval meanwhile (for a server that drops a SIGTERM it cannot
+        act on yet, as Redis does while it writes its first AOF)."""
         if not self.alive():
             return
-        self.signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.signal(signal.SIGKILL)
-            self.popen.wait(10)
+        deadline = time.monotonic() + timeout
+        while True:
+            self.signal(signal.SIGTERM)
+            left = deadline - time.monotonic()
+            try:
+                self.popen.wait(max(0.0, min(left, repeat_every or left)))
+                return
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    break
+        self.signal(signal.SIGKILL)
+        self.popen.wait(10)
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
@@ -418,9 +427,14 @@ class RedisServer:
         return bool(self._proc and self._proc.alive())
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (Redis flushes its AOF), then SIGKILL after ``timeout``."""
+        """SIGTERM (Redis flushes its AOF), then SIGKILL after ``timeout``. Safe to repeat.
+
+        The SIGTERM is sent again every half second: Redis drops one that comes while
+        it writes the AOF that ``CONFIG SET appendonly yes`` starts ("Writing initial
+        AOF, can't exit") and would otherwise run on until the SIGKILL.
+        """
         if self._proc:
-            self._proc.stop(timeout)
+            self._proc.stop(timeout, repeat_every=0.5)
 
     def kill(self) -> None:
         """kill -9, for crash tests. ``start()`` restarts on the same port and data."""
