@@ -66,7 +66,13 @@ def _markers(broker: KafkaBroker, app_id: str) -> list[tuple[int, str | None, in
 def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
               topic_b: str) -> list[tuple[str, Callable[[], Any]]]:
     """What A tries on B's app id, each a call that returns what it got through."""
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+    from confluent_kafka import (
+        Consumer,
+        ConsumerGroupTopicPartitions,
+        KafkaException,
+        Producer,
+        TopicPartition,
+    )
     from confluent_kafka.admin import AdminClient
 
     from sinks.admin import abort_transactions, list_transactions
@@ -102,6 +108,11 @@ def _attempts(broker: KafkaBroker, app_a: str, app_b: str,
                              "enable.auto.commit": False, "auto.offset.reset": "earliest",
                              "isolation.level": "read_committed"})
         try:
+            # The broker's refusal of the topic's metadata says at once what a poll of
+            # the assigned partitions would only show as TIMEOUT_S of silence.
+            topic = consumer.list_topics(topic_b, timeout=TIMEOUT_S).topics.get(topic_b)
+            if topic is not None and topic.error is not None:
+                raise KafkaException(topic.error)
             consumer.assign([TopicPartition(topic_b, p, 0) for p in range(PARTITIONS)])
             message = consumer.poll(TIMEOUT_S)
             if message is None:
