@@ -147,22 +147,24 @@ def test_retry_after_the_horizon_passed_decides_as_the_first_attempt(
     from pyspark.sql import functions as sf
     from pyspark.sql.types import IntegerType
 
-    horizon = 30
+    horizon, spare = 30, 2
     retention = RetentionConfig(horizon_seconds=horizon, bucket_seconds=1,
                                 event_time_column="ts", late_policy="drop")
     cfg = DedupConfig(app_id=app_id, redis=RedisConfig(redis_url), num_shards=1,
                       retention=retention)
-    start = time.time()
-    # Not late when the batch starts (8 s to spare), late when the retry runs.
-    rows = [(f"id-{i}", start - horizon + 8) for i in range(5)]
-    df = spark.createDataFrame(rows, "k string, ts double")
+    # Event times `spare` seconds inside the horizon at the batch's timestamp (the query's
+    # current_timestamp, one instant for the whole plan, which the decision uses too):
+    # not late for the batch, however long its planning took; late for a wall clock
+    # read once the first attempt has waited past them.
+    df = spark.createDataFrame([(f"id-{i}",) for i in range(5)], "k string").withColumn(
+        "ts", sf.current_timestamp().cast("double") - (horizon - spare))
     df = with_record_id(df, strategy="column", column="k")
     kept = Deduplicator(cfg, num_partitions=1).apply(df)
 
     def fail_first_attempt(value: int) -> int:
         context = TaskContext.get()
         if context is not None and context.attemptNumber() == 0:
-            time.sleep(10)  # past the moment the rows turn late
+            time.sleep(spare + 1)  # past the moment the rows turn late
             raise RuntimeError("injected: first attempt fails after the dedup decision")
         return value
 
@@ -171,9 +173,11 @@ def test_retry_after_the_horizon_passed_decides_as_the_first_attempt(
     probe = sf.udf(fail_first_attempt, IntegerType(), useArrow=False).asNondeterministic()
     # The probe is collected too: a column selected away would be pruned, and no
     # attempt would fail.
-    out = kept.withColumn("probe", probe(sf.lit(1))).select(DEFAULT_ID_COLUMN, "probe").collect()
-    assert time.time() - start > 10, "the retry did not run after the rows turned late"
+    out = kept.withColumn("probe", probe(sf.lit(1))).select(DEFAULT_ID_COLUMN, "probe",
+                                                          "ts").collect()
     assert sorted(r[0] for r in out) == [f"id-{i}" for i in range(5)]
+    assert time.time() > max(r["ts"] for r in out) + horizon, \
+        "the retry did not run after the rows turned late"
 
 
 @pytest.mark.slow
