@@ -245,9 +245,11 @@ def test_a_claim_is_acknowledged_only_once_a_replica_holds_it(tmp_path: Any) -> 
     with RedisServer(tmp_path / "primary") as primary, \
             RedisServer(tmp_path / "replica") as replica_server:
         replica = replicate(primary.url, replica_server.url)
-        # failover_wait=0: the claim below fails at once, as it does once the wait ran out
+        # failover_wait=0: the claim below fails at once, as it does once the wait ran out;
+        # its WAIT gives up after 1 s instead of the default 5 (how long is not the point)
         cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}",
-                          RedisConfig(primary.url, failover_wait=0), num_shards=1,
+                          RedisConfig(primary.url, failover_wait=0, replica_timeout=1.0),
+                          num_shards=1,
                           bloom=BloomConfig(enabled=False))
         RedisCatalog(cfg).check_setup()
         worker = claimer(cfg)
