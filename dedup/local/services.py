@@ -308,12 +308,12 @@ class _Process:
         act on yet, as Redis does while it writes its first AOF)."""
         if not self.alive():
             return
+        step = repeat_every or timeout
         deadline = time.monotonic() + timeout
         while True:
             self.signal(signal.SIGTERM)
-            left = deadline - time.monotonic()
             try:
-                self.popen.wait(max(0.0, min(left, repeat_every or left)))
+                self.popen.wait(max(0.0, min(step, deadline - time.monotonic())))
                 return
             except subprocess.TimeoutExpired:
                 if time.monotonic() >= deadline:
