@@ -244,3 +244,21 @@ def test_a_large_claim_from_a_filter_behind_catches_up_first_and_judges_alike(
     assert again.replay and again.keep.tolist() == out.keep.tolist()
     current = behind.claim("q", 4, 0, [f"m{i}" for i in range(CATCH_UP_FIRST_MIN)], now=NOW)
     assert current.keep.all() and current.mode == "trust" and current.round_trips == 1
+
+
+def test_the_index_holds_an_id_in_little_more_than_its_digest(redis_url: str) -> None:
+    """IDs arriving a micro-batch at a time: each claim adds a few IDs to every
+    sub-bucket. Appended in place, a string's spare room (Redis doubles it when it
+    grows) made the index 25.3 bytes per 16-byte digest (issue 53: 26 in all, goal 24)."""
+    cfg = _config(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    claimer = ShardClaimer(cfg, filters=FilterCache())
+    per_claim, claims = 2_500, 80
+    for batch in range(claims):
+        ids = [f"m{batch}-{i}" for i in range(per_claim)]
+        assert claimer.claim("q", batch, 0, ids, now=NOW).keep.all()
+    index = index_key(cfg.app_id, 0, lookup_buckets(cfg, NOW)[0])
+    keys = [index.encode(), *_sub_buckets(client, cfg.app_id, 0)]
+    used = sum(int(client.memory_usage(key, samples=0)) for key in keys)
+    per_id = used / (per_claim * claims)
+    assert per_id <= 19.0, f"{per_id:.1f} bytes of Redis per ID in the index"
