@@ -11,8 +11,9 @@ call stays within one Redis Cluster slot:
                               ``t<version>`` -> the random token of that version
 ``dedup:{app:s3}:idx:<b>``    hash L, p, n: the index of the IDs claimed in time bucket
                               ``b``; ``dedup:{app:s3}:idx:<b>:<a>``: its sub-bucket ``a``,
-                              a string of 16-byte ID digests (``idstore.lua``; all
-                              expire together)
+                              a string of 16-byte ID digests, and ``...:<a>:t`` the
+                              tail claims append to (``idstore.lua``; all expire
+                              together)
 ``dedup:{app}:meta``          hash: the layout settings recorded on first use
                               (:data:`LAYOUT_SETTINGS`), ``replicas``, the
                               replicas every claim waits for, and under coordinate
@@ -31,8 +32,8 @@ The key names are built in :mod:`dedup.keys` (imported here for the callers that
 know them from this module).
 
 The catalog stores an ID as its 16-byte BLAKE2b digest (:func:`id_digests`, format
-:data:`CATALOG_FORMAT`) in strings of concatenated digests: about 25 bytes of Redis
-memory per ID instead of a set member's 90 or more. Two IDs with one digest would
+:data:`CATALOG_FORMAT`) in strings of concatenated digests: about 18 bytes of Redis
+memory per ID in the index instead of a set member's 90 or more. Two IDs with one digest would
 count as one: at 10**10 IDs the chance that any two collide is below 10**-18.
 
 Clients are created lazily, one per worker process and :class:`RedisConfig`, and the
@@ -105,11 +106,19 @@ def lookup_buckets(config: DedupConfig, now: float) -> list[int]:
     return [live[0], live[0] + 1, *live[1:]]
 
 
-CATALOG_FORMAT = "2"
+CATALOG_FORMAT = "3"
 """How the catalog stores IDs; recorded in every shard state (``f``) and the app's meta.
 ``1`` (earlier releases): a SET of the ID strings per time bucket; ``2``: 16-byte
-digests in strings indexed by linear hashing (``idstore.lua``). A catalog of another
-format is refused."""
+digests in strings indexed by linear hashing (``idstore.lua``); ``3``: the same, each
+string with a tail that claims append to (merged into it when it grows, so the string
+keeps no spare room). A catalog of a format outside :data:`READABLE_FORMATS` is
+refused."""
+
+READABLE_FORMATS = ("2", "3")
+"""Formats this release reads as they are: format 2 is format 3 without tails. The
+first start of this release records format 3 in the app's meta (and a shard's first
+claim in its state), so a format-2 release refuses the catalog from then on: it would
+not read the tails."""
 DIGEST_BYTES = 16
 
 
@@ -963,11 +972,14 @@ class RedisCatalog:
             pipe.hlen(meta_key(cfg.app_id))
             pipe.hget(meta_key(cfg.app_id), "catalog_format")
             fields, found = pipe.execute()
-            if fields and (found is None or _text(found) != CATALOG_FORMAT):
+            if fields and (found is None or _text(found) not in READABLE_FORMATS):
                 # a meta without a format was written by a release that stored ID sets
                 raise CatalogStateError(format_refusal(
                     cfg.app_id, "1" if found is None else _text(found), cfg.num_shards))
             pipe = client.pipeline(transaction=False)
+            if fields and _text(found) != CATALOG_FORMAT:
+                # read as it is; recorded now, so that its own release refuses it
+                pipe.hset(meta_key(cfg.app_id), "catalog_format", CATALOG_FORMAT)
             for name, value in wanted.items():
                 if value != "":  # an unknown value (e.g. a hand-made ID column) is not pinned
                     pipe.hsetnx(meta_key(cfg.app_id), name, value)
@@ -1033,7 +1045,8 @@ def format_refusal(app_id: str, found: str, num_shards: int) -> str:
            f"{num_shards}` once (it converts the catalog in place), or keep running the "
            "release that wrote it" if found == "1" else "run the release that wrote it")
     return (f"app id {app_id!r}: its catalog in Redis is in format {found} (written by "
-            f"another release of this toolkit), this release reads format {CATALOG_FORMAT} "
+            f"another release of this toolkit), this release reads formats "
+            f"{' and '.join(READABLE_FORMATS)} "
             f"only and would not see the IDs already claimed: {fix}")
 
 

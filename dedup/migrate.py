@@ -1,5 +1,6 @@
 """Upgrade an app id's catalog in place from format 1 (sets of ID strings, earlier
-releases) to format 2 (16-byte digests, :data:`dedup.catalog.CATALOG_FORMAT`).
+releases) to format 3 (16-byte digests, :data:`dedup.catalog.CATALOG_FORMAT`). A catalog
+of format 2 needs nothing (:data:`dedup.catalog.READABLE_FORMATS`).
 
 The pipeline must be stopped: the migration holds the app id's lease while it runs
 (a query that starts meanwhile is refused), and refuses while a batch some query
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from dedup.catalog import CATALOG_FORMAT, RedisCatalog, _text, id_digests
+from dedup.catalog import CATALOG_FORMAT, READABLE_FORMATS, RedisCatalog, _text, id_digests
 from dedup.config import DedupConfig
 from dedup.exceptions import AppIdInUseError, CatalogStateError, ShardCountMismatchError
 from dedup.keys import (
@@ -43,7 +44,7 @@ MIGRATION_QUERY_ID = "catalog-migration"
 class MigrationReport:
     """What :func:`migrate_catalog` did: ``ids`` imported (an ID already there counts
     once), old ``buckets`` converted, ``decisions`` dropped; ``already`` when the
-    catalog was in format 2 before the call (nothing done)."""
+    catalog was in a format this release reads before the call (nothing done)."""
 
     app_id: str
     already: bool
@@ -54,10 +55,10 @@ class MigrationReport:
 
 def migrate_catalog(config: DedupConfig, chunk: int = 10_000,
                     say: Callable[[str], None] | None = None) -> MigrationReport:
-    """Convert ``config.app_id``'s catalog from format 1 to format 2, in place.
+    """Convert ``config.app_id``'s catalog from format 1 to format 3, in place.
 
     Safe to repeat and to resume after a crash: an ID imported twice is stored
-    once, and a catalog already in format 2 is left alone.
+    once, and a catalog already in format 2 or 3 is left alone.
 
     Raises
     ------
@@ -85,11 +86,11 @@ def migrate_catalog(config: DedupConfig, chunk: int = 10_000,
         raise ShardCountMismatchError(f"app id {app!r} was created with num_shards={recorded}, "
                                       f"not {cfg.num_shards}: use --num-shards {recorded}")
     found = meta.get("catalog_format")
-    if found == CATALOG_FORMAT:
+    if found in READABLE_FORMATS:  # format 2 is read as it is
         return MigrationReport(app, already=True)
     if found is not None:
         raise CatalogStateError(f"app id {app!r}: catalog format {found} is unknown to this "
-                                f"release (it reads format {CATALOG_FORMAT})")
+                                f"release (it reads formats {' and '.join(READABLE_FORMATS)})")
     catalog = RedisCatalog(cfg)
     # Taking the lease refuses a running query and any batch left unfinished.
     catalog.take_lease(MIGRATION_QUERY_ID)
@@ -152,7 +153,7 @@ def _import_set(cfg: DedupConfig, client: Any, scripts: Mapping[str, Any], key: 
 
 
 def _reset_shard(cfg: DedupConfig, client: Any, shard: int) -> int:
-    """Drop the shard's old-format journal and decisions; new epoch, format 2."""
+    """Drop the shard's old-format journal and decisions; new epoch, this format."""
     app = cfg.app_id
     with redis_errors(cfg.redis, "converting a shard's state"):
         state = {_text(k): _text(v) for k, v in

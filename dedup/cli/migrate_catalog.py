@@ -1,10 +1,10 @@
 """``dedup migrate-catalog``: convert an app id's catalog to this release's format.
 
 Earlier releases kept the catalog's IDs as sets of ID strings (format 1); this one
-keeps 16-byte digests (format 2) and refuses a format-1 catalog rather than miss the
-IDs it holds. Stop the pipeline, run this once, start the pipeline again: its IDs,
-their expiry and its checkpoint carry over. Safe to repeat; a migration that stopped
-half way is run again.
+keeps 16-byte digests (format 3; format 2, the same without tails, it reads as it is)
+and refuses a format-1 catalog rather than miss the IDs it holds. Stop the pipeline,
+run this once, start the pipeline again: its IDs, their expiry and its checkpoint
+carry over. Safe to repeat; a migration that stopped half way is run again.
 """
 
 from __future__ import annotations

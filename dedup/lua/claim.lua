@@ -1,7 +1,7 @@
 -- Atomic, idempotent claim of one (app, batch, shard): check candidates,
 -- add the new IDs, record the decision, bump the shard version.
 --
--- IDs travel and are stored as 16-byte digests (catalog format 2, see
+-- IDs travel and are stored as 16-byte digests (catalog format 3, see
 -- idstore.lua): every ID argument is a concatenation of digests, no separators.
 --
 -- KEYS[1] state hash (f, epoch, version, tok, n, owner, fence)
@@ -31,7 +31,8 @@
 -- where dropped lists the 0-based positions (comma-joined) of the duplicates
 -- among the candidates, negatives first, then positives; catch-up concatenates
 -- the digests the caller's filter missed; "REPLAY": {"<version>|\n<digest>\n<kept>"};
--- "FORMAT": the shard was written by a release with another catalog format.
+-- "FORMAT": the shard was written by a release with a catalog format this one does
+-- not read (idstore.lua's READABLE).
 --
 -- A filter is tagged (epoch, version, token). Version numbers can come back
 -- after Redis rolls back (AOF everysec and a crash, failover to a lagging
@@ -51,7 +52,7 @@ local st = redis.call('HMGET', state, 'epoch', 'version', 'n', 'owner', 'fence',
 local epoch = st[1]
 local version = tonumber(st[2] or '0')
 local tok = st[6] or ''
-if epoch and st[7] ~= FORMAT then
+if epoch and not READABLE[st[7] or '1'] then
   return {'FORMAT', st[7] or '1'}
 end
 if st[3] and st[3] ~= ARGV[6] then
@@ -171,6 +172,11 @@ end
 local blob = (sorted or '') .. table.concat(kept)
 local added = #blob / DIGEST
 if added > 0 then
+  if epoch and st[7] ~= FORMAT then
+    -- from now on a release of the shard's older format must refuse it: it would not
+    -- read the tails this claim may write
+    redis.call('HSET', state, 'f', FORMAT)
+  end
   index_add(KEYS[4], kept, ARGV[5], sorted)
   version = version + 1
   tok = ARGV[10]

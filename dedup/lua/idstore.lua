@@ -1,4 +1,4 @@
--- The ID index of one shard's time bucket (catalog format 2), shared by
+-- The ID index of one shard's time bucket (catalog format 3), shared by
 -- claim.lua, snapshot.lua and contains.lua (prepended to each; Redis forbids
 -- globals, so everything here is a chunk-local).
 --
@@ -10,17 +10,33 @@
 -- sub-buckets, and one more (sub-bucket p split in two) whenever the n digests
 -- exceed FILL per sub-bucket. A claim appends to each sub-bucket it touches
 -- once (APPEND: a few hundred commands per claim, not one per ID; its new IDs
--- arrive sorted so that each sub-bucket's share is one run), a lookup
--- searches one sub-bucket of ~32 KB (an aligned plain find), and memory is the
--- 16 bytes of a digest plus the strings' spare room (APPEND grows a string by
--- doubling; a split writes both halves exact).
+-- arrive sorted so that each sub-bucket's share is one run), and a lookup
+-- searches one sub-bucket of ~32 KB (an aligned plain find).
+--
+-- Memory is the 16 bytes of a digest and little more: a claim appends to the
+-- sub-bucket's tail "<index>:<a>:t", not to the sub-bucket itself, and a tail
+-- that reaches a TAIL_SHARE-th of an average sub-bucket is merged into it with
+-- one exact SET. Redis doubles a string's room when APPEND outgrows it, so a
+-- sub-bucket appended in place carried ~60% spare room (25.3 bytes per ID at
+-- 10M IDs); now only the small tails do. A sub-bucket's digests are those of
+-- the string and its tail (a missing tail is an empty one: format 2, which had
+-- none, reads as format 3).
 -- Every key of a bucket expires at the same instant, set when it is created
 -- (APPEND and SET ... KEEPTTL keep it), and moved later only by index_extend
 -- (a longer retention horizon).
 
 local DIGEST = 16
-local FORMAT = '2'
+local FORMAT = '3'
+-- a shard of these formats is read as it is (format 2: no tails); a claim records
+-- FORMAT in it before it writes, so the release of that format refuses it from then on
+local READABLE = {['2'] = true, ['3'] = true}
 local FILL = 2048
+local TAIL_SHARE = 8
+local TAIL_MIN = 64 * DIGEST
+
+local function tail_of(sub)
+  return sub .. ':t'
+end
 
 local function head(d)
   local b1, b2, b3, b4 = string.byte(d, 1, 4)
@@ -71,10 +87,12 @@ local function index_lookup(index, ids, found)
   local level, split = index_shape(index)
   if not level then return end
   for a, g in pairs(group_by_addr(ids, level, split, found)) do
-    local blob = redis.call('GET', index .. ':' .. a)
-    if blob then
-      for j = 1, #g do
-        if holds(blob, g[j]) then found[g[j]] = true end
+    local sub = index .. ':' .. a
+    local blob = redis.call('GET', sub)
+    local tail = redis.call('GET', tail_of(sub))
+    for j = 1, #g do
+      if (blob and holds(blob, g[j])) or (tail and holds(tail, g[j])) then
+        found[g[j]] = true
       end
     end
   end
@@ -89,12 +107,25 @@ local function addr_at(blob, i, level, split)
   return a
 end
 
+-- Append digests to sub-bucket sub through its tail; merge the tail into it once
+-- the tail holds merge_at bytes or more. A tail created here is listed in created
+-- (it must expire with its bucket).
+local function append_to(sub, digests, merge_at, created)
+  local tail = tail_of(sub)
+  local len = redis.call('APPEND', tail, digests)
+  if len == #digests then created[#created + 1] = tail end
+  if len >= merge_at then
+    redis.call('SET', sub, (redis.call('GET', sub) or '') .. redis.call('GET', tail), 'KEEPTTL')
+    redis.call('DEL', tail)
+  end
+end
+
 -- Append a blob of digests sorted by their bit-reversed head (the caller's
 -- dedup.catalog.spread_order). A sub-bucket is chosen by the low bits of the head,
 -- which that order puts first, so at every level the digests of one sub-bucket are
 -- one run: each run is found by a binary search and appended whole, with no work
 -- per digest (a claim's new IDs, the bulk of what it writes).
-local function append_sorted(index, blob, level, split)
+local function append_sorted(index, blob, level, split, merge_at, created)
   local count = #blob / DIGEST
   local i = 0
   while i < count do
@@ -104,7 +135,8 @@ local function append_sorted(index, blob, level, split)
       local mid = math.floor((lo + hi + 1) / 2)
       if addr_at(blob, mid, level, split) == a then lo = mid else hi = mid - 1 end
     end
-    redis.call('APPEND', index .. ':' .. a, string.sub(blob, i * DIGEST + 1, (lo + 1) * DIGEST))
+    append_to(index .. ':' .. a, string.sub(blob, i * DIGEST + 1, (lo + 1) * DIGEST),
+              merge_at, created)
     i = lo + 1
   end
 end
@@ -129,7 +161,8 @@ local function index_add(index, ids, expire_at, sorted)
     local from = index .. ':' .. split
     local to = index .. ':' .. (split + 2 ^ level)
     local wide = 2 ^ (level + 1)
-    local blob = redis.call('GET', from) or ''
+    local blob = (redis.call('GET', from) or '') .. (redis.call('GET', tail_of(from)) or '')
+    redis.call('DEL', tail_of(from))
     local stay, move = {}, {}
     for s = 1, #blob, DIGEST do
       local d = string.sub(blob, s, s + DIGEST - 1)
@@ -144,9 +177,10 @@ local function index_add(index, ids, expire_at, sorted)
     end
     buckets = buckets + 1
   end
-  if sorted then append_sorted(index, sorted, level, split) end
+  local merge_at = math.max(TAIL_MIN, math.floor(n / buckets / TAIL_SHARE) * DIGEST)
+  if sorted then append_sorted(index, sorted, level, split, merge_at, created) end
   for a, g in pairs(group_by_addr(ids, level, split, nil)) do
-    redis.call('APPEND', index .. ':' .. a, table.concat(g))
+    append_to(index .. ':' .. a, table.concat(g), merge_at, created)
   end
   redis.call('HSET', index, 'L', level, 'p', split, 'n', n)
   for i = 1, #created do
@@ -159,8 +193,11 @@ local function index_dump(index, out)
   local level, split = index_shape(index)
   if not level then return end
   for a = 0, 2 ^ level + split - 1 do
-    local blob = redis.call('GET', index .. ':' .. a)
+    local sub = index .. ':' .. a
+    local blob = redis.call('GET', sub)
     if blob and #blob > 0 then out[#out + 1] = blob end
+    local tail = redis.call('GET', tail_of(sub))
+    if tail and #tail > 0 then out[#out + 1] = tail end
   end
 end
 
@@ -175,5 +212,6 @@ local function index_extend(index, expire_at)
   redis.call('EXPIREAT', index, expire_at, 'GT')
   for a = 0, 2 ^ level + split - 1 do
     redis.call('EXPIREAT', index .. ':' .. a, expire_at, 'GT')
+    redis.call('EXPIREAT', tail_of(index .. ':' .. a), expire_at, 'GT')
   end
 end

@@ -4,7 +4,7 @@
 -- Returns {status, epoch, version, token, blobs...}: each blob concatenates
 -- 16-byte digests; "FORMAT" for a shard of another catalog format.
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'n', 'tok', 'f')
-if st[1] and st[5] ~= FORMAT then
+if st[1] and not READABLE[st[5] or '1'] then
   return {'FORMAT', st[5] or '1'}
 end
 if st[3] and st[3] ~= ARGV[2] then

@@ -20,6 +20,7 @@ from dedup.bloom import FilterCache
 from dedup.catalog import (
     RedisCatalog,
     decisions_key,
+    id_digests,
     index_key,
     lookup_buckets,
     meta_key,
@@ -38,7 +39,14 @@ def _config(redis_url: str, **kwargs: Any) -> DedupConfig:
 
 
 def _sub_buckets(client: Any, app_id: str, shard: int) -> list[bytes]:
+    """The keys holding digests: each sub-bucket's string and its tail (``<a>:t``)."""
     return list(client.scan_iter(match=f"dedup:{{{app_id}:s{shard}}}:idx:*:*", count=1000))
+
+
+def _address(key: bytes) -> int:
+    """The sub-bucket a digest key belongs to (a tail's is its string's)."""
+    parts = key.split(b":")
+    return int(parts[-2] if parts[-1] == b"t" else parts[-1])
 
 
 @pytest.mark.parametrize("bloom", [True, False], ids=["bloom", "no-bloom"])
@@ -109,7 +117,7 @@ def test_new_ids_of_a_trusted_filter_land_in_their_own_sub_bucket(redis_url: str
     level, split, n = (int(v) for v in client.hmget(index, "L", "p", "n"))
     assert n == len(claimed) and level >= 3 and split > 0, (level, split, n)
     for key in _sub_buckets(client, cfg.app_id, 0):
-        a = int(key.rsplit(b":", 1)[1])
+        a = _address(key)
         blob = client.get(key)
         wrong = [blob[i:i + 16] for i in range(0, len(blob), 16)
                  if _addr(blob[i:i + 16], level, split) != a]
@@ -159,9 +167,50 @@ def test_a_new_app_id_records_the_format(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     RedisCatalog(cfg).check_setup()
     RedisCatalog(cfg).check_setup()  # safe to repeat
-    assert client.hget(meta_key(cfg.app_id), "catalog_format") == b"2"
+    assert client.hget(meta_key(cfg.app_id), "catalog_format") == b"3"
     ShardClaimer(cfg, filters=FilterCache()).claim("q", 0, 1, ["x"], now=NOW)
-    assert client.hget(state_key(cfg.app_id, 1), "f") == b"2"
+    assert client.hget(state_key(cfg.app_id, 1), "f") == b"3"
+
+
+def test_a_catalog_of_format_2_is_read_as_it_is_and_recorded_as_format_3(
+        redis_url: str) -> None:
+    """Format 2 is format 3 without tails: this release reads it as it is, and records
+    format 3 so that a format-2 release, which would not read the tails, refuses it."""
+    cfg = _config(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    old = [f"old-{i}" for i in range(3_000)]
+    bucket = lookup_buckets(cfg, NOW)[0]
+    index = index_key(cfg.app_id, 0, bucket)
+    retention = cfg.retention  # the expiry every release gives the bucket's keys
+    expire_at = (bucket + 1) * retention.bucket_seconds + retention.horizon_seconds
+    # what a format-2 release left: one sub-bucket string per address, no tails
+    digests = sorted(id_digests(old))
+    client.hset(meta_key(cfg.app_id), mapping={"num_shards": "2", "catalog_format": "2"})
+    client.hset(state_key(cfg.app_id, 0), mapping={"epoch": "e2", "version": "1", "n": "2",
+                                                   "f": "2", "tok": "t", "jlo": "2"})
+    client.hset(index, mapping={"L": 1, "p": 0, "n": len(digests)})
+    for a in (0, 1):
+        client.set(f"{index}:{a}", b"".join(d for d in digests if _addr(d, 1, 0) == a))
+    for key in (index, f"{index}:0", f"{index}:1"):
+        client.expireat(key, expire_at)
+
+    RedisCatalog(cfg).check_setup()
+    assert client.hget(meta_key(cfg.app_id), "catalog_format") == b"3"
+    assert RedisCatalog(cfg).contains(0, "old-7", NOW)
+    assert len(RedisCatalog(cfg).snapshot(0, NOW).ids) == len(old)
+    assert client.hget(state_key(cfg.app_id, 0), "f") == b"2", "a read wrote the format"
+    probe = old[::10] + [f"new-{i}" for i in range(50)]
+    outcome = ShardClaimer(cfg, filters=FilterCache()).claim("q", 0, 0, probe, now=NOW)
+    kept = {key for key, k in zip(probe, outcome.keep.tolist(), strict=True) if k}
+    assert kept == {f"new-{i}" for i in range(50)}
+    assert client.hget(state_key(cfg.app_id, 0), "f") == b"3"
+    for key in _sub_buckets(client, cfg.app_id, 0):  # the new tails expire with the rest
+        assert client.expiretime(key) == expire_at, key
+
+    newer = _config(redis_url)
+    client.hset(meta_key(newer.app_id), mapping={"num_shards": "2", "catalog_format": "4"})
+    with pytest.raises(CatalogStateError, match="format 4"):
+        RedisCatalog(newer).check_setup()
 
 
 def test_the_journal_stays_a_fraction_of_the_shard_and_still_catches_filters_up(

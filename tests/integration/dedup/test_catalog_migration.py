@@ -150,7 +150,7 @@ def test_the_command_converts_and_says_so(
     wrong = subprocess.run([*argv[:-3], "3", *argv[-2:]], capture_output=True, text=True,
                            timeout=120)
     assert wrong.returncode != 0 and "num_shards" in wrong.stderr
-    assert client.hget(meta_key(cfg.app_id), "catalog_format") == b"2"
+    assert client.hget(meta_key(cfg.app_id), "catalog_format") == b"3"
     assert RedisCatalog(cfg).take_lease("q-next") > 0, "the migration kept the app id's lease"
 
 
