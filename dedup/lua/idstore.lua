@@ -16,9 +16,11 @@
 -- Memory is the 16 bytes of a digest and little more: a claim appends to the
 -- sub-bucket's tail "<index>:<a>:t", not to the sub-bucket itself, and a tail
 -- that reaches a TAIL_SHARE-th of an average sub-bucket is merged into it with
--- one exact SET. Redis doubles a string's room when APPEND outgrows it, so a
--- sub-bucket appended in place carried ~60% spare room (25.3 bytes per ID at
--- 10M IDs); now only the small tails do. A sub-bucket's digests are those of
+-- one exact SET (half: an eighth kept 1 byte per ID less and cost Redis ~30%
+-- more CPU per claim in bench_growth, every merge copying the whole sub-bucket).
+-- Redis doubles a string's room when APPEND outgrows it, so a sub-bucket
+-- appended in place carried ~60% spare room (25.3 bytes per ID at 10M IDs); now
+-- only the tails do. A sub-bucket's digests are those of
 -- the string and its tail (a missing tail is an empty one: format 2, which had
 -- none, reads as format 3).
 -- Every key of a bucket expires at the same instant, set when it is created
@@ -31,7 +33,7 @@ local FORMAT = '3'
 -- FORMAT in it before it writes, so the release of that format refuses it from then on
 local READABLE = {['2'] = true, ['3'] = true}
 local FILL = 2048
-local TAIL_SHARE = 8
+local TAIL_SHARE = 2
 local TAIL_MIN = 64 * DIGEST
 
 local function tail_of(sub)
