@@ -32,9 +32,9 @@ The key names are built in :mod:`dedup.keys` (imported here for the callers that
 know them from this module).
 
 The catalog stores an ID as its 16-byte BLAKE2b digest (:func:`id_digests`, format
-:data:`CATALOG_FORMAT`) in strings of concatenated digests: about 18 bytes of Redis
-memory per ID in the index instead of a set member's 90 or more. Two IDs with one digest would
-count as one: at 10**10 IDs the chance that any two collide is below 10**-18.
+:data:`CATALOG_FORMAT`) in strings of concatenated digests: about 19 bytes of Redis
+memory per ID in the index instead of a set member's 90 or more. Two IDs with one
+digest would count as one: at 10**10 IDs the chance that any two collide is below 10**-18.
 
 Clients are created lazily, one per worker process and :class:`RedisConfig`, and the
 scripts are registered once per client (:mod:`dedup.redis_client`).

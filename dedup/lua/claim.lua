@@ -172,9 +172,9 @@ end
 local blob = (sorted or '') .. table.concat(kept)
 local added = #blob / DIGEST
 if added > 0 then
-  if epoch and st[7] ~= FORMAT then
+  if st[7] and st[7] ~= FORMAT then
     -- from now on a release of the shard's older format must refuse it: it would not
-    -- read the tails this claim may write
+    -- read the tails this claim may write (a new shard got FORMAT above)
     redis.call('HSET', state, 'f', FORMAT)
   end
   index_add(KEYS[4], kept, ARGV[5], sorted)

@@ -20,9 +20,9 @@
 -- more CPU per claim in bench_growth, every merge copying the whole sub-bucket).
 -- Redis doubles a string's room when APPEND outgrows it, so a sub-bucket
 -- appended in place carried ~60% spare room (25.3 bytes per ID at 10M IDs); now
--- only the tails do. A sub-bucket's digests are those of
--- the string and its tail (a missing tail is an empty one: format 2, which had
--- none, reads as format 3).
+-- only the tails do. A sub-bucket's digests are those of the string and its
+-- tail (a missing tail is an empty one: format 2, which had none, reads as
+-- format 3).
 -- Every key of a bucket expires at the same instant, set when it is created
 -- (APPEND and SET ... KEEPTTL keep it), and moved later only by index_extend
 -- (a longer retention horizon).
