@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,10 +254,13 @@ def ancestor_with(pid: int, marker: str) -> int | None:
     return None
 
 
-def freeze(pid: int, seconds: float) -> None:
-    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT (always, even on error)."""
+def freeze(pid: int, seconds: float, until: Callable[[], bool] | None = None) -> None:
+    """SIGSTOP ``pid`` for ``seconds``, or until ``until()`` holds (checked every 0.2 s),
+    then SIGCONT (always, even on error)."""
     os.kill(pid, signal.SIGSTOP)
     try:
-        time.sleep(seconds)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (until is not None and until()):
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
     finally:
         os.kill(pid, signal.SIGCONT)

@@ -503,6 +503,9 @@ class Run:
             return
         # Longer than every task attempt's client timeouts together: Spark's task
         # retries must not absorb the outage, the query has to fail (closed) on it.
+        # Redis comes back once the query died of it (what the kind checks: its planning
+        # fails ~15 s in, no task retry absorbs that), not ~60 s later; an error of another
+        # kind leaves the freeze as long as before.
         seconds = FREEZE_S
         self.component_back.clear()
         ev = self.fault.evidence
@@ -510,12 +513,15 @@ class Run:
             ev.update(hold_evidence(hit, time.time(), time.time(), held_alive(hit)))
             ev.update(frozen_url=self.redis.url, frozen_from=time.time(),
                       frozen_seconds=seconds)
-            freeze(self.redis.pid, seconds)
+            freeze(self.redis.pid, seconds, until=lambda: any(
+                "CatalogUnavailableError" in e or "CheckpointUnavailableError" in e
+                for e in ev.get("query_errors", [])))
         finally:
             ev["frozen_until"] = time.time()
             self.component_back.set()
-        self.fault.detail = f"redis-server SIGSTOPped {seconds:.0f} s (client timeout " \
-                            f"{FROZEN_CLIENT_TIMEOUT_S:.0f} s)"
+        frozen = float(ev["frozen_until"]) - float(ev["frozen_from"])
+        self.fault.detail = f"redis-server SIGSTOPped {frozen:.0f} s, until the query died " \
+                            f"or {seconds:.0f} s (client timeout {FROZEN_CLIENT_TIMEOUT_S:.0f} s)"
         self._start_clock()
 
     def _kafka_kill(self) -> None:

@@ -50,6 +50,9 @@ CHANGED_BUCKET_SECONDS = 3600
 CHANGED_SHARDS = 8
 RUN_MAX_SECONDS = 300
 SECOND_WAIT_S = 120  # the second pipeline's time to be refused (the first is held meanwhile)
+# redis_failover_lagging_replica: the most the cut-off replica's batch is given to commit
+# or fail a task attempt before the primary is killed (an attempt fails after ~25 s).
+FAILOVER_DEADLINE_S = 60
 
 
 # -- small helpers -----------------------------------------------------------
@@ -534,10 +537,15 @@ def _redis_failover(run: Run) -> int:
             ev["replica_offset"] = rep.info("replication").get("master_repl_offset")
             run.fault.injected_at = time.monotonic()
             ev["fired"] = hit.get("context", {})
-            deadline = time.monotonic() + 60
+            # Batch k commits (a claim went on without its replica: the bug this kind
+            # looks for) or a task attempt of it fails (its claims were refused for want
+            # of the replica: replica_timeout, then failover_wait, ~25 s by default);
+            # then the primary goes. The deadline only bounds a run that sees neither.
+            deadline = time.monotonic() + FAILOVER_DEADLINE_S
             while committed_batches(run.checkpoint) < k + 1 and time.monotonic() < deadline \
-                    and query.isActive:
+                    and query.isActive and not _a_task_attempt_failed(run.env.spark):
                 time.sleep(0.2)
+            ev["task_attempt_failed_before_failover"] = _a_task_attempt_failed(run.env.spark)
             ev["committed_batches_at_failover"] = committed_batches(run.checkpoint)
             ev["query_error_before_failover"] = (_first_line(query.exception())
                                                  if query.exception() else "")
@@ -571,6 +579,14 @@ def _redis_failover(run: Run) -> int:
             second.stop()
         replica.stop()
         primary.stop()
+
+
+def _a_task_attempt_failed(spark: Any) -> bool:
+    """Whether a running stage of the session has a failed task attempt (the runner's
+    session runs one query at a time, so it is the run's)."""
+    tracker = spark.sparkContext.statusTracker()
+    stages = (tracker.getStageInfo(s) for s in tracker.getActiveStageIds())
+    return any(s is not None and s.numFailedTasks > 0 for s in stages)
 
 
 def _follow(client: Any, port: int) -> None:

@@ -212,3 +212,29 @@ def test_a_failed_child_run_is_recorded_with_the_error_it_printed(tmp_path: Path
     log.write_text("killed before it could say anything\n")
     assert child_error(log) == ""
     assert child_error(tmp_path / "missing.log") == ""
+
+
+def test_a_freeze_ends_when_its_condition_holds_and_the_process_goes_on() -> None:
+    """redis_unreachable thaws Redis once the query died of it: the freeze ends on the
+    condition, not its full length, and the process runs again after it."""
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.chaos.faults import freeze
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        calls = []
+        started = time.monotonic()
+        freeze(child.pid, 20.0, until=lambda: calls.append(1) or len(calls) > 3)
+        took = time.monotonic() - started
+        assert took < 5.0, took
+        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state != "T", state  # continued
+        started = time.monotonic()
+        freeze(child.pid, 0.5)  # no condition: its whole length
+        assert time.monotonic() - started >= 0.5
+    finally:
+        child.kill()
+        child.wait(10)
