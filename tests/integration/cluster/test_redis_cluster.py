@@ -235,3 +235,31 @@ def test_a_node_whose_port_is_taken_at_its_first_start_gets_other_ports(tmp_path
         holder.close()
         for node in cluster.nodes:
             node.stop()
+
+
+def test_a_cluster_whose_creation_hangs_is_made_again_on_other_ports(tmp_path: Any) -> None:
+    """``redis-cli --cluster create`` waited out its 120 s on "Waiting for the cluster to
+    join" once in the long tier (2026-12-03, the TLS cluster, under load) and failed the
+    module. A creation that hangs is given up after ``create_timeout``: the nodes are
+    made again on other ports and the creation tried once more. Here a node that does
+    not answer (SIGSTOPped) hangs the first creation."""
+    cluster = LocalRedisCluster(tmp_path / "c", primaries=3, replicas=0)
+    for node in cluster.nodes:
+        node.start()
+    stopped = cluster.nodes[2]
+    before = {n.port for n in cluster.nodes}
+    assert stopped.pid is not None
+    os.kill(stopped.pid, signal.SIGSTOP)
+    try:
+        cluster.start(create_timeout=5.0)
+        assert not before & {n.port for n in cluster.nodes}
+        client = cluster.client()
+        try:
+            for i in range(30):
+                client.set(f"k{i}", i)
+            assert [int(client.get(f"k{i}")) for i in range(30)] == list(range(30))
+        finally:
+            client.close()
+    finally:
+        for node in cluster.nodes:
+            node.stop()
