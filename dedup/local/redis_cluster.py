@@ -90,28 +90,57 @@ class LocalRedisCluster:
                 return node
         raise KeyError(f"no node of this cluster listens on port {port}")
 
-    def start(self, timeout: float = 60.0) -> LocalRedisCluster:
+    def start(self, timeout: float = 60.0, create_timeout: float = 60.0) -> LocalRedisCluster:
         """Start every node, create the cluster on first use, wait until it serves all
-        slots. Safe to call when running."""
+        slots. Safe to call when running.
+
+        A creation that has not finished after ``create_timeout`` (``redis-cli``
+        waiting for the nodes to join: seen once under load, with TLS) is given up:
+        the nodes are made again, empty, on other ports, and created once more.
+        """
         for node in self.nodes:
             self._start_node(node)
         if not self._created():
-            cli = require_program("redis-cli", "install Debian's package: apt-get install "
-                                  "redis-tools")
-            secured = ["--tls", "--cacert", str(self.tls.ca)] if self.tls is not None else []
-            # the password goes in the environment, not on a command line others can read
-            env = {**os.environ, "REDISCLI_AUTH": self.password} if self.password else None
-            result = subprocess.run(
-                [cli, *secured, "--cluster", "create",
-                 *(f"127.0.0.1:{n.port}" for n in self.nodes),
-                 "--cluster-replicas", str(self.replicas), "--cluster-yes"],
-                capture_output=True, text=True, timeout=120, check=False, env=env,
-            )
-            if result.returncode != 0:
-                raise ServiceError(f"redis-cli --cluster create failed ({result.returncode}): "
-                                   f"{(result.stderr or result.stdout).strip()[-800:]}")
+            try:
+                self._create(create_timeout)
+            except subprocess.TimeoutExpired:
+                self._renew()
+                self._create(max(create_timeout, 120.0))
         self.wait_healthy(timeout)
         return self
+
+    def _create(self, timeout: float) -> None:
+        """``redis-cli --cluster create`` over every node (``TimeoutExpired`` when it
+        hangs: the caller decides)."""
+        cli = require_program("redis-cli", "install Debian's package: apt-get install "
+                              "redis-tools")
+        secured = ["--tls", "--cacert", str(self.tls.ca)] if self.tls is not None else []
+        # the password goes in the environment, not on a command line others can read
+        env = {**os.environ, "REDISCLI_AUTH": self.password} if self.password else None
+        result = subprocess.run(
+            [cli, *secured, "--cluster", "create",
+             *(f"127.0.0.1:{n.port}" for n in self.nodes),
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            capture_output=True, text=True, timeout=timeout, check=False, env=env,
+        )
+        if result.returncode != 0:
+            raise ServiceError(f"redis-cli --cluster create failed ({result.returncode}): "
+                               f"{(result.stderr or result.stdout).strip()[-800:]}")
+
+    def _renew(self) -> None:
+        """Every node stopped, its folder emptied, and started again on other free
+        ports (before the cluster holds any data)."""
+        for node in self.nodes:
+            node.stop(timeout=2.0)
+        taken = {n.port for n in self.nodes} | {int(n.extra_args[-1]) for n in self.nodes}
+        count = len(self.nodes)
+        ports = [p for p in free_ports(2 * count + len(taken)) if p not in taken][:2 * count]
+        for i, node in enumerate(self.nodes):
+            shutil.rmtree(node.data_dir, ignore_errors=True)
+            node.port = ports[i]
+            node.extra_args = (*self._args, "--cluster-port", str(ports[count + i]))
+        for node in self.nodes:
+            self._start_node(node)
 
     def _start_node(self, node: RedisServer, attempts: int = 3) -> None:
         """Start ``node``; at its first start (no ``nodes.conf`` yet), a port taken
