@@ -132,9 +132,8 @@ class LocalRedisCluster:
         ports (before the cluster holds any data)."""
         for node in self.nodes:
             node.stop(timeout=2.0)
-        taken = {n.port for n in self.nodes} | {int(n.extra_args[-1]) for n in self.nodes}
         count = len(self.nodes)
-        ports = [p for p in free_ports(2 * count + len(taken)) if p not in taken][:2 * count]
+        ports = self._other_free_ports(2 * count)
         for i, node in enumerate(self.nodes):
             shutil.rmtree(node.data_dir, ignore_errors=True)
             node.port = ports[i]
@@ -156,10 +155,14 @@ class LocalRedisCluster:
                         attempt == attempts - 1:
                     raise
             shutil.rmtree(node.data_dir, ignore_errors=True)
-            taken = {n.port for n in self.nodes} | {int(n.extra_args[-1]) for n in self.nodes}
-            port, bus = [p for p in free_ports(2 + len(taken)) if p not in taken][:2]
+            port, bus = self._other_free_ports(2)
             node.port = port
             node.extra_args = (*self._args, "--cluster-port", str(bus))
+
+    def _other_free_ports(self, count: int) -> list[int]:
+        """``count`` distinct free ports, none of them a client or bus port a node has now."""
+        taken = {n.port for n in self.nodes} | {int(n.extra_args[-1]) for n in self.nodes}
+        return [p for p in free_ports(count + len(taken)) if p not in taken][:count]
 
     def _created(self) -> bool:
         return bool(self._info(self.nodes[0]).get("cluster_known_nodes", "1") != "1")

@@ -223,7 +223,9 @@ def test_a_freeze_ends_when_its_condition_holds_and_the_process_goes_on() -> Non
 
     from benchmarks.chaos.faults import freeze
 
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # a process that runs until its stdin closes (in the finally)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
     try:
         calls = []
         started = time.monotonic()
@@ -236,5 +238,7 @@ def test_a_freeze_ends_when_its_condition_holds_and_the_process_goes_on() -> Non
         freeze(child.pid, 0.5)  # no condition: its whole length
         assert time.monotonic() - started >= 0.5
     finally:
+        assert child.stdin is not None
+        child.stdin.close()
         child.kill()
         child.wait(10)
