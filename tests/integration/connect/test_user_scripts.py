@@ -13,6 +13,13 @@ runs as a subprocess against the session's real Redis and Kafka, and must
 * leave the dedup step's app id lease released (what the listener does when
   the query stops is not lost to the exit), where the form releases it.
 
+A Connect script that calls ``spark.stop()`` runs as on a slow network
+(:data:`_SLOW_RELEASE`): PySpark's client acknowledges each command's results with
+a ``ReleaseExecute`` RPC from a thread of its own, and ``stop()`` releases the
+session without waiting for those; one that arrives after it makes the server log
+``ERROR ... INVALID_HANDLE.SESSION_CLOSED`` into the user's terminal (seen once in
+CI's Connect tier, 2026-12-03).
+
 The output topic does not exist before the run: the broker creates it on
 the first write, as on a user's first run.
 
@@ -112,6 +119,22 @@ _FORM = {
         """,
 }
 
+# Each ReleaseExecute RPC of the client sent 0.5 s late: the race between the
+# client's release thread and ``spark.stop()``'s ReleaseSession, made certain.
+_SLOW_RELEASE = """\
+    import time
+    from pyspark.sql.connect.proto import base_pb2_grpc
+    _stub_init = base_pb2_grpc.SparkConnectServiceStub.__init__
+    def _slow_release_stub(self, channel):
+        _stub_init(self, channel)
+        release = self.ReleaseExecute
+        def late(*args, **kwargs):
+            time.sleep(0.5)
+            return release(*args, **kwargs)
+        self.ReleaseExecute = late
+    base_pb2_grpc.SparkConnectServiceStub.__init__ = _slow_release_stub
+    """
+
 _HEAD = """\
     import sys
     from pyspark.sql import SparkSession
@@ -138,7 +161,8 @@ _TAIL = """\
 
 def script_text(form: str, mode: str, stop: bool) -> str:
     """The script of ``form`` in ``mode``, ending with ``spark.stop()`` or not."""
-    parts = [_HEAD, _SESSION[mode], _SOURCE, _FORM[form], _TAIL]
+    slow = [_SLOW_RELEASE] if mode == "connect" and stop else []
+    parts = [_HEAD, *slow, _SESSION[mode], _SOURCE, _FORM[form], _TAIL]
     return "".join(textwrap.dedent(part) for part in parts) + ("spark.stop()\n" if stop else "")
 
 
