@@ -22,7 +22,6 @@ threads): :func:`close_session_listener`.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import threading
 import time
@@ -35,7 +34,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from dedup.catalog import RedisCatalog
 from dedup.exceptions import DedupError
 from dedup.failpoints import fail_point
-from dedup.spark_session import session_stopped
+from dedup.spark_session import before_stop, session_stopped
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +249,10 @@ def session_listener(spark: Any) -> DecisionGcListener:
             listener = DecisionGcListener()
             spark.streams.addListener(listener)
             _LISTENERS[spark] = listener
-            _close_before_stop(spark)
+            # spark.stop() closes it first (under Spark Connect a session released
+            # with the listener's event stream open logs server errors, and its client
+            # then fails to remove the listener: a warning at exit)
+            before_stop(spark, close_session_listener)
             if not _EXIT_HOOKED:
                 _register_exit_hook(_close_all)
                 _EXIT_HOOKED = True
@@ -281,28 +283,6 @@ def close_session_listener(spark: Any, timeout: float = CLOSE_WAIT_S) -> None:
         spark.streams.removeListener(listener)
     except Exception as exc:  # a session going down: nothing to keep it for
         log.debug("closing the dedup listener: %s", exc)
-
-
-def _close_before_stop(spark: Any) -> None:
-    """Make ``spark.stop()`` close the listener first: under Spark Connect a session
-    released with the listener's event stream open logs server errors, and its
-    client then fails to remove the listener (a warning at exit)."""
-    original = spark.stop
-    if getattr(original, "_closes_dedup_listener", False):
-        return  # wrapped when an earlier listener of this session was added
-    session = weakref.ref(spark)
-
-    def stop() -> None:
-        current = session()
-        if current is not None:
-            close_session_listener(current)
-        original()
-
-    stop.__doc__ = original.__doc__
-    stop._closes_dedup_listener = True  # type: ignore[attr-defined]
-    # a session type that fixes its attributes keeps its stop (the exit hook remains)
-    with contextlib.suppress(AttributeError, TypeError):
-        spark.stop = stop
 
 
 def _close_all() -> None:

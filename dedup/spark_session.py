@@ -8,10 +8,13 @@ serve both modes
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +32,10 @@ BATCH_TAG = "dedup-batch="
 SPARK_QUERY_TAG = "dedup-spark-query="
 """Job tag ``dedup-batch=<query id>/<batch id>`` set by :func:`batch_scope` (Spark Connect)."""
 CONNECT_TAG = "SparkConnect_"
+# How long a wrapped ``spark.stop()`` waits for the Spark Connect client's
+# ReleaseExecute RPCs still in flight: what PySpark's own ``client.close()`` waits
+# for them, which ``stop()`` calls only after it released the session.
+RELEASE_WAIT_S = 10.0
 
 
 def is_kafka_replay_bug(error: BaseException | str) -> bool:
@@ -49,6 +56,54 @@ def is_kafka_replay_bug(error: BaseException | str) -> bool:
 def is_connect(spark: Any) -> bool:
     """Whether ``spark`` (a SparkSession or DataFrame) belongs to Spark Connect."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def before_stop(spark: Any, hook: Callable[[Any], None] | None = None) -> None:
+    """Make ``spark.stop()`` run ``hook(spark)`` first (each hook once, in the order
+    given), then wait up to :data:`RELEASE_WAIT_S` for the Spark Connect client's
+    release RPCs still in flight, then stop as before. Safe to repeat.
+
+    PySpark's Connect client acknowledges every command's results with a
+    ``ReleaseExecute`` RPC sent from a thread of its own, and ``stop()`` releases the
+    session before it waits for those: one that arrives later makes the server log
+    ``ERROR ... INVALID_HANDLE.SESSION_CLOSED`` into the user's terminal (a local
+    server shares it). A classic session has none to wait for. A session type that
+    fixes its attributes keeps its ``stop`` as it is.
+    """
+    hooks: list[Callable[[Any], None]] | None = getattr(spark.stop, "_dedup_before_stop", None)
+    if hooks is None:
+        original, hooks = spark.stop, []
+        session, run = weakref.ref(spark), hooks
+
+        def stop() -> None:
+            current = session()
+            if current is not None:
+                for each in list(run):
+                    each(current)
+                _wait_for_release_rpcs(current)
+            original()
+
+        stop.__doc__ = original.__doc__
+        stop._dedup_before_stop = hooks  # type: ignore[attr-defined]
+        with contextlib.suppress(AttributeError, TypeError):
+            spark.stop = stop
+    if hook is not None and hook not in hooks:
+        hooks.append(hook)
+
+
+def _wait_for_release_rpcs(spark: Any) -> None:
+    """Wait (bounded) for the release RPCs a Spark Connect client has in flight; never
+    raises: a client without them (another PySpark) or closed has nothing to wait for.
+    """
+    if not is_connect(spark):
+        return
+    try:
+        # PySpark's client keeps them here for its own close() (PySpark 3.5-4.2).
+        pending = list(getattr(spark.client, "_release_futures", ()))
+        if pending:
+            concurrent.futures.wait(pending, timeout=RELEASE_WAIT_S)
+    except Exception:  # a stop must not fail for want of a courtesy wait
+        return
 
 
 def session_stopped(spark: Any) -> bool:

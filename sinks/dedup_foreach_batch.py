@@ -26,7 +26,7 @@ from typing import Any
 from dedup.config import DedupConfig, InvalidIdPolicy, parse_bool, redact_url
 from dedup.metrics import DedupMetrics
 from dedup.operator import Deduplicator
-from dedup.spark_session import check_worker_imports, is_connect
+from dedup.spark_session import before_stop, check_worker_imports, is_connect
 from sinks.config import normalize_options
 from sinks.exceptions import QueryIdReusedError, SinkConfigError
 from sinks.foreach_batch import WORKER_MODULES, WRITTEN_SCHEMA, ExactlyOnceKafkaForeachBatch
@@ -104,6 +104,9 @@ class DedupKafkaForeachBatch:
         if event:
             hidden.append(event[0].alias(EVENT_SECONDS))
         check_worker_imports(df.sparkSession, WORKER_MODULES)
+        # no listener here under Spark Connect, but the user's spark.stop() must still
+        # let the client's last release RPCs land first (dedup.spark_session.before_stop)
+        before_stop(df.sparkSession)
         self._partitions, self._step_config = plan.partitions, plan.step_config
         self._connect_client = is_connect(df)
         return df.select("*", *hidden).writeStream.foreachBatch(self)
