@@ -98,7 +98,8 @@ def _wait_for_release_rpcs(spark: Any) -> None:
     if not is_connect(spark):
         return
     try:
-        # PySpark's client keeps them here for its own close() (PySpark 3.5-4.2).
+        # PySpark's client keeps them here for its own close() (seen in PySpark 4.2; a
+        # client without the attribute has nothing this can wait for).
         pending = list(getattr(spark.client, "_release_futures", ()))
         if pending:
             concurrent.futures.wait(pending, timeout=RELEASE_WAIT_S)
