@@ -72,23 +72,30 @@ def before_stop(spark: Any, hook: Callable[[Any], None] | None = None) -> None:
     """
     hooks: list[Callable[[Any], None]] | None = getattr(spark.stop, "_dedup_before_stop", None)
     if hooks is None:
-        original, hooks = spark.stop, []
-        session, run = weakref.ref(spark), hooks
-
-        def stop() -> None:
-            current = session()
-            if current is not None:
-                for each in list(run):
-                    each(current)
-                _wait_for_release_rpcs(current)
-            original()
-
-        stop.__doc__ = original.__doc__
-        stop._dedup_before_stop = hooks  # type: ignore[attr-defined]
-        with contextlib.suppress(AttributeError, TypeError):
-            spark.stop = stop
+        hooks = _wrap_stop(spark)
     if hook is not None and hook not in hooks:
         hooks.append(hook)
+
+
+def _wrap_stop(spark: Any) -> list[Callable[[Any], None]]:
+    """Replace ``spark.stop`` by :func:`before_stop`'s wrapper; its list of hooks."""
+    original = spark.stop
+    hooks: list[Callable[[Any], None]] = []
+    session = weakref.ref(spark)  # the wrapper keeps no session alive
+
+    def stop() -> None:
+        current = session()
+        if current is not None:
+            for each in list(hooks):
+                each(current)
+            _wait_for_release_rpcs(current)
+        original()
+
+    stop.__doc__ = original.__doc__
+    stop._dedup_before_stop = hooks  # type: ignore[attr-defined]
+    with contextlib.suppress(AttributeError, TypeError):
+        spark.stop = stop
+    return hooks
 
 
 def _wait_for_release_rpcs(spark: Any) -> None:
