@@ -6,7 +6,7 @@ lends its core to the other worker, and only less CPU work makes a tier shorter.
 junit seconds of ``benchmarks.test_times`` cannot tell the two apart; this can::
 
     python -m benchmarks.test_cpu --out cpu_slow.json -- \\
-        -m "slow and not chaos and not cluster and not connect" -n 2 --dist worksteal
+        -m "(slow or chaos or cluster) and not connect" -n 2 --dist loadfile
 
 runs pytest with the given arguments and, once a second, reads every process's CPU
 from ``/proc`` and gives its growth to a test: the test that the pytest process

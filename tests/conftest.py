@@ -22,12 +22,27 @@ import pytest
 from dedup.local.kafka_cluster import KafkaCluster
 from dedup.local.services import KafkaBroker, RedisServer
 from tests.jvm import C1_ONLY
+from tests.order import longest_files_first, recorded_seconds
 
 # Every JVM of the suite on C1 alone (why: tests/jvm.py). spark-submit reads
 # SPARK_SUBMIT_OPTS for a driver's JVM (JDK_JAVA_OPTIONS would print a note on every
 # child's stderr, which tests read); KafkaBroker adds KAFKA_OPTS to a broker's.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", C1_ONLY)
 os.environ.setdefault("KAFKA_OPTS", C1_ONLY)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the collection order under ``--dist loadfile`` (pytest-xdist would put the
+    files with the most tests first): :func:`pytest_collection_modifyitems` orders them."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files whose tests were recorded longest run first (why: ``tests/order.py``);
+    after ``-m`` has deselected what the tier leaves out (trylast)."""
+    items[:] = longest_files_first(items, recorded_seconds(), lambda item: item.nodeid)
 
 
 @pytest.hookimpl(hookwrapper=True)

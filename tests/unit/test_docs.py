@@ -65,9 +65,8 @@ COMMANDS = ("bash dedup/local/setup.sh && .venv/bin/dedup demo",
             "bash dedup/local/setup.sh && "
             '.venv/bin/python -m pytest -m "not slow and not chaos and not cluster and '
             'not connect" -n 2 --dist worksteal',
-            '.venv/bin/python -m pytest -m "slow and not chaos and not cluster and not connect" '
-            "-n 2 --dist worksteal && "
-            '.venv/bin/python -m pytest -m "chaos or cluster" -n 2 --dist loadfile && '
+            '.venv/bin/python -m pytest -m "(slow or chaos or cluster) and not connect" '
+            "-n 2 --dist loadfile && "
             ".venv/bin/python -m pytest -p no:cacheprovider tests/integration/connect -n 2 "
             "--dist worksteal")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")

@@ -55,14 +55,14 @@ def test_no_test_of_readmes_command_is_slow(record: dict) -> None:  # type: igno
 
 def test_a_test_belongs_to_the_first_tier_whose_markers_select_it() -> None:
     assert times.tier_by_marks(set()) == "test_command"
-    assert times.tier_by_marks({"integration", "spark", "slow"}) == "slow"
+    assert times.tier_by_marks({"integration", "spark", "slow"}) == "long"
     assert times.tier_by_marks({"chaos", "slow"}) == times.tier_by_marks({"cluster"}) == "long"
     assert times.tier_by_marks({"integration", "connect"}) == "connect"
 
 
 def test_a_timed_test_is_recorded_in_the_tier_its_markers_select() -> None:
     tiers = times.tiers_of(["tests/model/test_model.py"])
-    assert tiers["tests/model/test_model.py::test_the_reduction_keeps_the_verdict"] == "slow"
+    assert tiers["tests/model/test_model.py::test_the_reduction_keeps_the_verdict"] == "long"
     assert tiers["tests/model/test_model.py::test_the_bounds_meet_the_minimum"] \
         == "test_command", tiers
 
@@ -152,3 +152,34 @@ def test_timing_new_tests_alone_keeps_the_date_machine_and_commit_of_the_tiers(
     assert data["tiers"]["test_command"]["seconds_by_test"] == {
         "tests/unit/test_test_cpu.py::test_files_sum_their_tests": 0.5}
     assert {k: data["metadata"].get(k) for k in old} == old, data["metadata"]
+
+
+def test_the_longest_recorded_files_run_first_and_each_keeps_its_order() -> None:
+    from tests.order import longest_files_first
+
+    ids = ["a.py::t1[x]", "a.py::t1[y]", "a.py::t2", "b.py::t1", "c.py::t1", "d.py::t9",
+           "e.py::C::t1"]
+    seconds = {"a.py::t1": 5.0, "a.py::t2": 1.0, "b.py::t1": 30.0, "c.py::t1": 2.0,
+               "e.py::C::t1": 6.5, "a.py::t3": 100.0}  # a.py::t3 is not among this tier's
+    assert longest_files_first(ids, seconds) == [
+        "b.py::t1", "e.py::C::t1", "a.py::t1[x]", "a.py::t1[y]", "a.py::t2", "c.py::t1",
+        "d.py::t9"]  # d.py has no record: last
+
+
+def test_the_suite_runs_its_files_longest_first_even_under_loadfile() -> None:
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    import tests.conftest as conftest
+
+    option = SimpleNamespace(loadscopereorder=True)  # pytest-xdist's default
+    conftest.pytest_configure(SimpleNamespace(option=option))  # type: ignore[arg-type]
+    assert option.loadscopereorder is False
+    # the record: test_lint.py takes seconds, test_readme.py none
+    files = ["tests/unit/test_readme.py", "tests/unit/test_lint.py"]
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         *files], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    order = [line.split("::")[0] for line in listed.splitlines() if "::" in line]
+    assert order == sorted(order, key=lambda path: path != files[1]), listed
