@@ -21,13 +21,20 @@ import pytest
 
 from dedup.local.kafka_cluster import KafkaCluster
 from dedup.local.services import KafkaBroker, RedisServer
-from tests.jvm import C1_ONLY
+from tests.jvm import C1_ONLY, driver_options, spark_class_archive_in_background
 from tests.order import longest_files_first, recorded_seconds
 
-# Every JVM of the suite on C1 alone (why: tests/jvm.py). spark-submit reads
-# SPARK_SUBMIT_OPTS for a driver's JVM (JDK_JAVA_OPTIONS would print a note on every
-# child's stderr, which tests read); KafkaBroker adds KAFKA_OPTS to a broker's.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", C1_ONLY)
+# Every JVM of the suite on C1 alone, and every driver's reading its classes from the
+# checkout's class-data archive once there is one (why: tests/jvm.py). spark-submit
+# reads SPARK_SUBMIT_OPTS for a driver's JVM (JDK_JAVA_OPTIONS would print a note on
+# every child's stderr, which tests read); KafkaBroker adds KAFKA_OPTS to a broker's.
+# A value set outside is kept as it is; xdist's workers inherit the controller's
+# environment, and with it the mark that the value is the suite's own.
+_OWN_DRIVER_OPTIONS = ("SPARK_SUBMIT_OPTS" not in os.environ
+                       or os.environ.get("DEDUP_TESTS_DRIVER_OPTIONS") == "own")
+if _OWN_DRIVER_OPTIONS:
+    os.environ["DEDUP_TESTS_DRIVER_OPTIONS"] = "own"
+    os.environ["SPARK_SUBMIT_OPTS"] = driver_options()
 os.environ.setdefault("KAFKA_OPTS", C1_ONLY)
 
 
@@ -135,11 +142,23 @@ def spark():  # type: ignore[no-untyped-def]
     # local[2,4]: two threads, and a failed task is retried up to 4 times as on
     # a cluster, so task-level crash recovery (replay of decisions and
     # checkpoints) is exercised, not only query restarts.
+    # The first session of a checkout makes the drivers' class archive meanwhile; the
+    # drivers started after it is there read it (_drivers_read_the_class_archive).
+    maker = spark_class_archive_in_background() if _OWN_DRIVER_OPTIONS else None
     session = local_spark_session("dedup-tests", master="local[2,4]", shuffle_partitions=4)
     try:
         yield session
     finally:
         session.stop()
+        if maker is not None:
+            maker.join(330)  # past its JVM run's own timeout
+
+
+@pytest.fixture(autouse=True)
+def _drivers_read_the_class_archive() -> None:
+    """The drivers this test starts read the class archive if it was made since."""
+    if _OWN_DRIVER_OPTIONS:
+        os.environ["SPARK_SUBMIT_OPTS"] = driver_options()
 
 
 @pytest.fixture

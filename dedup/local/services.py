@@ -189,10 +189,13 @@ def recorded_process(pid: Any, identity: Any, command: str) -> str:
     return "running" if _runs_command(pid, command) else "reused"
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: if the Python process that
-    # started the service dies (even by SIGKILL), the kernel kills the service,
-    # so a crashed test run leaves no redis-server or java behind.
+def child_dies_with_parent() -> None:
+    """A ``preexec_fn``: the child dies when the thread that forked it ends.
+
+    Runs in the child between fork and exec: if the Python process that started the
+    service dies (even by SIGKILL), the kernel kills the service, so a crashed test run
+    leaves no redis-server or java behind. The child gets a session of its own.
+    """
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     os.setsid()
@@ -274,7 +277,7 @@ class _Process:
                     stderr=subprocess.STDOUT,
                     env=env,
                     cwd=cwd,
-                    preexec_fn=_die_with_parent if die_with_parent else os.setsid,
+                    preexec_fn=child_dies_with_parent if die_with_parent else os.setsid,
                 )
 
         self.popen: subprocess.Popen[bytes] = _KEEPER.run(spawn) if die_with_parent else spawn()
