@@ -1,4 +1,5 @@
-"""The JIT tier of the suite's JVMs (docs/development.md, issue 52).
+"""The JIT tier of the suite's JVMs and the drivers' class archive (docs/development.md,
+issue 52).
 
 Every JVM the suite starts (a Spark session's, each `dedup run` child's, each user
 script's, the Spark Connect server, a standalone cluster's daemons and executors, the
@@ -14,7 +15,6 @@ import fcntl
 import functools
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dedup.local.services import child_dies_with_parent
+from dedup.local.services import child_dies_with_parent, java_binary
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 
@@ -46,7 +46,7 @@ def with_c1_jvms(environ: Mapping[str, str]) -> dict[str, str]:
 # session's start and first small query 12.1-13.2 s without, 7.9-8.1 s with. The suite
 # starts a driver for each xdist worker, each `dedup run` child, each user script and
 # Connect server. The archive is made once per checkout and machine (one JVM run,
-# :func:`ensure_spark_class_archive`), keyed by what it depends on; a JVM that cannot
+# :func:`make_spark_class_archive`), keyed by what it depends on; a JVM that cannot
 # use it (another class path) runs without it, silently (``-Xlog:cds...=off``: the
 # warning would go to the child's stdout, which tests read).
 
@@ -61,9 +61,7 @@ def spark_class_archive() -> Path:
     """Where this checkout keeps the drivers' archive for this JDK, PySpark and Python."""
     import pyspark
 
-    java = shutil.which("java", path=str(Path(os.environ["JAVA_HOME"]) / "bin")) \
-        if os.environ.get("JAVA_HOME") else shutil.which("java")
-    jvm = Path(os.path.realpath(java)) if java else Path("java")
+    jvm = Path(os.path.realpath(java_binary()))
     jars = Path(pyspark.__file__).parent / "jars"
     parts = [pyspark.__version__, sys.executable, str(jvm), _stamp(jvm)]
     parts += sorted(f"{p.name}:{p.stat().st_size}" for p in jars.glob("*.jar"))
@@ -141,14 +139,7 @@ def spark_class_archive_in_background() -> threading.Thread | None:
 def driver_options(options: str = C1_ONLY) -> str:
     """``options`` for a new driver's ``SPARK_SUBMIT_OPTS``, with the archive once it exists."""
     path = spark_class_archive()
-    return with_spark_class_archive(options, path if path.is_file() else None)
-
-
-def with_spark_class_archive(options: str, archive: Path | None) -> str:
-    """``options`` (a driver's ``SPARK_SUBMIT_OPTS``) reading ``archive`` if there is one."""
-    if archive is None:
-        return options
-    return f"{options} -XX:SharedArchiveFile={archive} {QUIET_CDS}".strip()
+    return f"{options} -XX:SharedArchiveFile={path} {QUIET_CDS}" if path.is_file() else options
 
 
 def _archive_job() -> None:
