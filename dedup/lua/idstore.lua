@@ -165,10 +165,26 @@ local function index_add(index, ids, expire_at, sorted)
     local wide = 2 ^ (level + 1)
     local blob = (redis.call('GET', from) or '') .. (redis.call('GET', tail_of(from)) or '')
     redis.call('DEL', tail_of(from))
+    -- Each digest's head is read in place and the digests go on in runs: one
+    -- substring per run of digests that stay (or move) together, none per digest
+    -- (a substring per digest made splits about two thirds of a claim's Redis time).
+    -- Both halves keep the digests' order.
     local stay, move = {}, {}
+    local from_at, staying = 1, nil
     for s = 1, #blob, DIGEST do
-      local d = string.sub(blob, s, s + DIGEST - 1)
-      if head(d) % wide == split then stay[#stay + 1] = d else move[#move + 1] = d end
+      local b1, b2, b3, b4 = string.byte(blob, s, s + 3)
+      local stays = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) % wide == split
+      if stays ~= staying then
+        if staying ~= nil then
+          local run = string.sub(blob, from_at, s - 1)
+          if staying then stay[#stay + 1] = run else move[#move + 1] = run end
+        end
+        from_at, staying = s, stays
+      end
+    end
+    if staying ~= nil then
+      local run = string.sub(blob, from_at)
+      if staying then stay[#stay + 1] = run else move[#move + 1] = run end
     end
     redis.call('SET', from, table.concat(stay), 'KEEPTTL')
     redis.call('SET', to, table.concat(move))
