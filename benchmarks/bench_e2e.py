@@ -168,7 +168,20 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
                 cpu_interval: float = 0.5, partitions: int = SHUFFLE_PARTITIONS
                 ) -> dict[str, Any]:
     """Run ``variant`` from ``source`` to a fresh output topic to the end; its figures
-    (with ``cpu_s`` per process class of ``cpu_pids`` over the run, when given)."""
+    (with ``cpu_s`` per process class of ``cpu_pids`` over the run, when given).
+    Empties the benchmark's Redis first."""
+    import redis
+
+    # Every run starts from an empty Redis, as a new app id's pipeline does: what the
+    # runs before it left (their own app ids) would otherwise be rewritten by Redis's
+    # AOF rewrites, forked children whose CPU the sampler counts with Redis, inside
+    # whichever run happened to trigger one (3.58 us of Redis CPU per record for one
+    # pass on 2026-12-04, of which its claims were about a quarter).
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
     tag = uuid.uuid4().hex[:8]
     out = f"bench-e2e-{variant}-{tag}"
     ensure_topic(bootstrap, out, INPUT_PARTITIONS)
