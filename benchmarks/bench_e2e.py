@@ -72,6 +72,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import redis
 from confluent_kafka import Producer
 
 from benchmarks.bench_sink import INPUT_PARTITIONS, phase_percentiles
@@ -170,8 +171,6 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
     """Run ``variant`` from ``source`` to a fresh output topic to the end; its figures
     (with ``cpu_s`` per process class of ``cpu_pids`` over the run, when given).
     Empties the benchmark's Redis first."""
-    import redis
-
     # Every run starts from an empty Redis, as a new app id's pipeline does: what the
     # runs before it left (their own app ids) would otherwise be rewritten by Redis's
     # AOF rewrites, forked children whose CPU the sampler counts with Redis, inside

@@ -165,8 +165,8 @@ local function index_add(index, ids, expire_at, sorted)
     local wide = 2 ^ (level + 1)
     local blob = (redis.call('GET', from) or '') .. (redis.call('GET', tail_of(from)) or '')
     redis.call('DEL', tail_of(from))
-    -- Each digest's head is read in place and the digests go on in runs: one
-    -- substring per run of digests that stay (or move) together, none per digest
+    -- Each digest's head (head()'s formula) is read in place and the digests go on
+    -- in runs: one substring per run of digests that stay (or move) together, none per digest
     -- (a substring per digest made splits about two thirds of a claim's Redis time).
     -- Both halves keep the digests' order.
     local stay, move = {}, {}
