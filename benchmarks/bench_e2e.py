@@ -72,7 +72,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import redis
 from confluent_kafka import Producer
 
 from benchmarks.bench_sink import INPUT_PARTITIONS, phase_percentiles
@@ -83,6 +82,7 @@ from benchmarks.common import (
     bench_args,
     bench_services,
     cpu_per_record,
+    empty_redis,
     percentile,
     phase_durations,
     progress,
@@ -171,16 +171,7 @@ def run_variant(spark: Any, variant: str, bootstrap: str, redis_url: str, source
     """Run ``variant`` from ``source`` to a fresh output topic to the end; its figures
     (with ``cpu_s`` per process class of ``cpu_pids`` over the run, when given).
     Empties the benchmark's Redis first."""
-    # Every run starts from an empty Redis, as a new app id's pipeline does: what the
-    # runs before it left (their own app ids) would otherwise be rewritten by Redis's
-    # AOF rewrites, forked children whose CPU the sampler counts with Redis, inside
-    # whichever run happened to trigger one (3.58 us of Redis CPU per record for one
-    # pass on 2026-12-04, of which its claims were about a quarter).
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.flushall()
-    finally:
-        client.close()
+    empty_redis(redis_url)
     tag = uuid.uuid4().hex[:8]
     out = f"bench-e2e-{variant}-{tag}"
     ensure_topic(bootstrap, out, INPUT_PARTITIONS)

@@ -56,6 +56,7 @@ from benchmarks.common import (
     bench_args,
     bench_services,
     cpu_per_record,
+    empty_redis,
     operator_skeleton,
     phase_durations,
     progress,
@@ -151,7 +152,9 @@ def run_variant(spark: Any, variant: str, folder: Path, redis_url: str, workdir:
                 files_per_trigger: int, cpu_pids: Mapping[str, int | None] | None = None,
                 cpu_interval: float = 0.5) -> dict[str, Any]:
     """Run ``variant`` to the end; its figures (with ``cpu_s`` per process class of
-    ``cpu_pids`` over the measured window, when given)."""
+    ``cpu_pids`` over the measured window, when given). Empties the benchmark's
+    Redis first (:func:`benchmarks.common.empty_redis`)."""
+    empty_redis(redis_url)
     tag = uuid.uuid4().hex[:8]
     spark.conf.set("spark.sql.streaming.stateStore.providerClass",
                    ROCKSDB if variant.startswith("dropduplicates_rocksdb") else HDFS)
