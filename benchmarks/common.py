@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import redis
 
 from dedup.cli.progress import Progress
 from dedup.local.services import KafkaBroker, RedisServer
@@ -154,8 +155,6 @@ def empty_redis(redis_url: str) -> None:
     inside whichever run happened to trigger one (3.58 us of Redis CPU per record for
     one pass in ``bench_e2e`` on 2026-12-04, its claims about a quarter of it).
     """
-    import redis
-
     client = redis.Redis.from_url(redis_url)
     try:
         client.flushall()
