@@ -21,7 +21,7 @@ import pytest
 
 from dedup.local.kafka_cluster import KafkaCluster
 from dedup.local.services import KafkaBroker, RedisServer
-from tests.jvm import C1_ONLY, driver_options, spark_class_archive_in_background
+from tests.jvm import C1_ONLY, driver_options, spark_class_archive_in_background, warm_up
 from tests.order import longest_files_first, recorded_seconds
 
 # Every JVM of the suite on C1 alone, and every driver's reading its classes from the
@@ -146,6 +146,9 @@ def spark():  # type: ignore[no-untyped-def]
     # drivers started after it is there read it (_drivers_read_the_class_archive).
     maker = spark_class_archive_in_background() if _OWN_DRIVER_OPTIONS else None
     session = local_spark_session("dedup-tests", master="local[2,4]", shuffle_partitions=4)
+    # The first use of the JVM and the Python workers, here rather than in whichever
+    # test comes first (why: tests/jvm.py).
+    warm_up(session)
     try:
         yield session
     finally:

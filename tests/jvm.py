@@ -143,28 +143,39 @@ def driver_options(options: str = C1_ONLY) -> str:
 
 
 def _archive_job() -> None:
-    """What a test's driver does first, run once for the archive to hold its classes: a
-    session as :func:`dedup.local.spark.local_spark_session` makes it, a shuffle, an
-    Arrow batch through Python, a streaming batch through ``foreachBatch``."""
-    import tempfile
-
+    """The archive's JVM run: a session as :func:`dedup.local.spark.local_spark_session`
+    makes it, then :func:`warm_up`."""
     from dedup.local.spark import local_spark_session
 
     spark = local_spark_session("dedup-class-archive", master="local[2]")
     try:
-        frame = spark.range(2000).selectExpr("id % 7 AS k", "CAST(id AS STRING) AS v")
-        frame.groupBy("k").count().collect()
-        frame.mapInArrow(lambda batches: batches, frame.schema).count()
-        with tempfile.TemporaryDirectory() as folder:
-            (Path(folder) / "in").mkdir()
-            (Path(folder) / "in" / "part.json").write_text('{"k": 1, "v": "a"}\n')
-            query = (spark.readStream.schema("k INT, v STRING").json(f"{folder}/in")
-                     .writeStream.foreachBatch(_count)
-                     .option("checkpointLocation", f"{folder}/checkpoint")
-                     .trigger(availableNow=True).start())
-            query.awaitTermination(120)
+        warm_up(spark)
     finally:
         spark.stop()
+
+
+def warm_up(spark: Any) -> None:
+    """What a test's driver does first, run once: a shuffle, an Arrow batch through
+    Python, a streaming batch through ``foreachBatch``.
+
+    For the archive, so it holds their classes; for the session of each pytest
+    worker, so that its first test does not pay the JVM's and the Python workers'
+    first use (15-20 s of a cold worker's first test on two cores, which the record's
+    ``SLOW_SECONDS`` check would take for a slow test). Safe to repeat.
+    """
+    import tempfile
+
+    frame = spark.range(2000).selectExpr("id % 7 AS k", "CAST(id AS STRING) AS v")
+    frame.groupBy("k").count().collect()
+    frame.mapInArrow(lambda batches: batches, frame.schema).count()
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "in").mkdir()
+        (Path(folder) / "in" / "part.json").write_text('{"k": 1, "v": "a"}\n')
+        query = (spark.readStream.schema("k INT, v STRING").json(f"{folder}/in")
+                 .writeStream.foreachBatch(_count)
+                 .option("checkpointLocation", f"{folder}/checkpoint")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
 
 
 def _count(batch: Any, _: int) -> None:
