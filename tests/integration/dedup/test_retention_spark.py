@@ -26,7 +26,7 @@ from dedup.metrics import DedupMetrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.redis]
 
-HORIZON, BUCKET = 16, 4
+HORIZON, BUCKET = 10, 2
 FRESH = 4_102_444_800.0  # 2100-01-01: never older than the horizon
 LATE = 1_000_000.0       # 1970: always older than the horizon
 _STAMP = time.time() - 100_000
