@@ -51,7 +51,8 @@ CHANGED_SHARDS = 8
 RUN_MAX_SECONDS = 300
 SECOND_WAIT_S = 120  # the second pipeline's time to be refused (the first is held meanwhile)
 # redis_failover_lagging_replica: the most the cut-off replica's batch is given to commit
-# or fail a task attempt before the primary is killed (an attempt fails after ~25 s).
+# or fail a task attempt before the primary is killed (an attempt fails after ~7 s:
+# replica_timeout, then the kind's failover_wait, model.LAGGING_FAILOVER_WAIT_S).
 FAILOVER_DEADLINE_S = 60
 
 
@@ -539,7 +540,7 @@ def _redis_failover(run: Run) -> int:
             ev["fired"] = hit.get("context", {})
             # Batch k commits (a claim went on without its replica: the bug this kind
             # looks for) or a task attempt of it fails (its claims were refused for want
-            # of the replica: replica_timeout, then failover_wait, ~25 s by default);
+            # of the replica: replica_timeout, then failover_wait, ~7 s in this kind);
             # then the primary goes. The deadline only bounds a run that sees neither.
             deadline = time.monotonic() + FAILOVER_DEADLINE_S
             while committed_batches(run.checkpoint) < k + 1 and time.monotonic() < deadline \
