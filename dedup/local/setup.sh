@@ -71,7 +71,7 @@ fi
 
 # --- the checkout's own byte code -------------------------------------------
 # pip compiles what it installs, but not this editable checkout: a Python that runs
-# with PYTHONDONTWRITEBYTECODE (CI's does) compiled the toolkit again in every process,
+# with PYTHONDONTWRITEBYTECODE set (the project sessions' machines set it) compiled the toolkit again in every process,
 # each Spark Python worker and `dedup run` child among them (0.07-0.13 s each, measured
 # 2026-12-04). A source changed later makes its file stale, which Python sees and
 # compiles in memory, as before. Cheap (0.2 s), so not stamped.
