@@ -70,11 +70,11 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$py_stamp" ]; then
 fi
 
 # --- the checkout's own byte code -------------------------------------------
-# pip compiles what it installs, but not this editable checkout: a Python that runs
-# with PYTHONDONTWRITEBYTECODE set (the project sessions' machines set it) compiled the toolkit again in every process,
-# each Spark Python worker and `dedup run` child among them (0.07-0.13 s each, measured
-# 2026-12-04). A source changed later makes its file stale, which Python sees and
-# compiles in memory, as before. Cheap (0.2 s), so not stamped.
+# pip compiles what it installs, but not this editable checkout: a Python run with
+# PYTHONDONTWRITEBYTECODE set (the project's session machines set it) compiled the
+# toolkit again in every process, each Spark Python worker and `dedup run` child among
+# them (0.07-0.13 s each, measured 2026-12-04). A source changed later makes its file
+# stale, which Python sees and compiles in memory, as before. Cheap (0.2 s): not stamped.
 "$venv/bin/python" -m compileall -q dedup sinks sources benchmarks tests \
   || die "python could not compile the checkout's sources (the line above says which)"
 
