@@ -166,6 +166,30 @@ def test_the_longest_recorded_files_run_first_and_each_keeps_its_order() -> None
         "d.py::t9"]  # d.py has no record: last
 
 
+def test_every_worker_orders_the_files_alike_whatever_its_hash_seed() -> None:
+    """pytest-xdist refuses a run whose workers collected different orders; each worker
+    is a process with its own string-hash seed. A file's seconds summed in the order of a
+    set of names came out 0.6 or 0.6000000000000001 by seed, and a file of 0.6 went
+    before or after it (seen in a fresh clone's README command, 2026-12-04)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    ids = ["y.py::t1", "x.py::a", "x.py::b", "x.py::c", "x.py::d", "x.py::e"]
+    seconds = {"y.py::t1": 0.6, "x.py::a": 0.1, "x.py::b": 0.2, "x.py::c": 0.3,
+               "x.py::d": 0.0, "x.py::e": 0.0}
+    code = ("import json, sys; from tests.order import longest_files_first; "
+            "print(json.dumps(longest_files_first(*json.loads(sys.argv[1]))))")
+    orders = set()
+    for seed in range(24):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run([sys.executable, "-c", code, json.dumps([ids, seconds])],
+                             cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+        orders.add(out.stdout.strip())
+    assert len(orders) == 1, orders
+
+
 def test_the_suite_runs_its_files_longest_first_even_under_loadfile() -> None:
     import subprocess
     import sys
