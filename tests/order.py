@@ -15,6 +15,7 @@ the tests before it in its file (the chaos subset's figures) still sees them.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -51,7 +52,9 @@ def longest_files_first(tests: Iterable[T], seconds: Mapping[str, float],
     functions: dict[str, set[str]] = {}
     for _, name in listed:
         functions.setdefault(name.split("::")[0], set()).add(name.split("[")[0])
-    weight = {path: sum(seconds.get(function, 0.0) for function in names)
+    # fsum over sorted names: a plain sum over the set came out a last bit apart in
+    # processes of other hash seeds, and xdist refuses workers whose orders differ.
+    weight = {path: math.fsum(seconds.get(function, 0.0) for function in sorted(names))
               for path, names in functions.items()}
     first_seen = {path: index for index, path in enumerate(functions)}
 
