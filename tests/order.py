@@ -52,9 +52,10 @@ def longest_files_first(tests: Iterable[T], seconds: Mapping[str, float],
     functions: dict[str, set[str]] = {}
     for _, name in listed:
         functions.setdefault(name.split("::")[0], set()).add(name.split("[")[0])
-    # fsum over sorted names: a plain sum over the set came out a last bit apart in
-    # processes of other hash seeds, and xdist refuses workers whose orders differ.
-    weight = {path: math.fsum(seconds.get(function, 0.0) for function in sorted(names))
+    # fsum, exact and so the same in any order: a plain sum over the set came out a last
+    # bit apart in processes of other hash seeds, and xdist refuses workers whose orders
+    # differ.
+    weight = {path: math.fsum(seconds.get(function, 0.0) for function in names)
               for path, names in functions.items()}
     first_seen = {path: index for index, path in enumerate(functions)}
 

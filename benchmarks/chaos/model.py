@@ -228,12 +228,12 @@ def pipeline_text(app_id: str, topic: str, spec: RunSpec, master: str = "local[2
     # pipeline (the operational kinds' own starts included) runs it; written both ways
     # because one pass is the default of a file that does not choose.
     one_pass = f"one_pass = {str('one_pass' in spec.variant.split('+')).lower()}\n"
-    redis = ""
+    redis_table = ""
     if spec.kind == "redis_failover_lagging_replica":
         # A claim no replica holds fails its task attempt after replica_timeout (5 s)
         # plus failover_wait, which waits for a failover no one runs here: 2 s instead
         # of 20 is the same refusal, 18 s sooner (issue 52).
-        redis = f"[redis]\nfailover_wait = {LAGGING_FAILOVER_WAIT_S}\n"
+        redis_table = f"[redis]\nfailover_wait = {LAGGING_FAILOVER_WAIT_S}\n"
     if spec.kind == "txn_timeout":
         sink_options = (f'"kafka.transaction.timeout.ms" = "{TXN_TIMEOUT_MS}"\n'
                         f'"max.batch.duration.seconds" = "{(TXN_TIMEOUT_MS - 1000) / 1000:g}"\n')
@@ -265,7 +265,7 @@ key_column = "key"
 value_column = "payload"
 [sink.options]
 {sink_options}
-{redis}[run]
+{redis_table}[run]
 master = "{master}"
 stop_after_idle_seconds = 5.0
 """
