@@ -44,7 +44,7 @@ from dedup.metrics import (
     STATUS,
 )
 from dedup.spark_session import task_batch, task_spark_query
-from dedup.worker_imports import keep_static_archive_caches
+from dedup.worker_imports import settle_worker
 
 if TYPE_CHECKING:
     # Only PySpark 4.0's pandas UDF needs pandas; importing it costs each new Python
@@ -259,7 +259,7 @@ class PartitionStep:
         """Decide the whole partition (``parts``: its input batches as NumPy arrays)."""
         from pyspark import TaskContext
 
-        keep_static_archive_caches()  # per-task overhead of the worker, see the module
+        settle_worker()  # per-task overhead of the worker, see the module
         ctx = TaskContext.get()
         query_id, batch_id = task_batch(ctx, self.streaming)  # classic, or Spark Connect's tag
         spark_query_id = task_spark_query(ctx)

@@ -12,10 +12,20 @@ These archives belong to the Spark installation and cannot change while a
 worker lives, so their importers may keep their directory. Archives a user
 ships with ``--py-files`` live in the SparkFiles directory and are still
 invalidated as before.
+
+PySpark's daemon also runs a full ``gc.collect()`` after every task of a reused
+worker (``pyspark/daemon.py``). A full collection scans every object the
+collector tracks: with pyarrow, pandas (which pyarrow imports on its first array
+made from Python or NumPy objects), NumPy, the toolkit, redis-py and
+confluent-kafka loaded, about 95,000, 45 ms of CPU per task, measured. The
+objects alive when a task starts are the worker's long-lived ones (modules,
+clients, Bloom filters: the last task's garbage was collected after it), and
+``gc.freeze()`` takes them out of those scans (:func:`settle_worker`).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import zipimport
@@ -23,6 +33,11 @@ from typing import Any
 
 _LOCK = threading.Lock()
 _PATCHED = False
+# At the first task starts of a worker, not only the first: modules a task imports
+# (pandas, by pyarrow) are frozen at the next one. A bounded number: an object frozen
+# in a reference cycle that turns to garbage later is never collected.
+FREEZES = 3
+_FROZEN = 0
 
 
 def _static_archive_roots() -> tuple[str, ...]:
@@ -62,3 +77,26 @@ def keep_static_archive_caches() -> None:
 
         zipimport.zipimporter.invalidate_caches = invalidate_unless_static  # type: ignore[method-assign]
         _PATCHED = True
+
+
+def settle_worker() -> None:
+    """Cut PySpark's per-task overhead in this Python worker; call as a task starts.
+
+    Keeps PySpark's installed archives' caches (:func:`keep_static_archive_caches`)
+    and, at the first :data:`FREEZES` calls in a Spark task's process, freezes the
+    objects alive out of the collector's scans (``gc.freeze()``). Outside a task
+    (the driver, a script, a test) it freezes nothing. Safe to call many times;
+    it changes no result, only what each task's collection scans.
+    """
+    global _FROZEN
+    keep_static_archive_caches()
+    if _FROZEN >= FREEZES:
+        return
+    from pyspark import TaskContext
+
+    if TaskContext.get() is None:
+        return
+    with _LOCK:
+        if _FROZEN < FREEZES:
+            _FROZEN += 1
+            gc.freeze()

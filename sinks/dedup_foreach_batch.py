@@ -131,12 +131,12 @@ class DedupKafkaForeachBatch:
             import pyarrow as pa
             from pyspark import TaskContext
 
-            from dedup.worker_imports import keep_static_archive_caches
+            from dedup.worker_imports import settle_worker
             from sinks.foreach_batch import written_row
             from sinks.timing import PhaseClock
             from sinks.writer import write_batches
 
-            keep_static_archive_caches()
+            settle_worker()
             context = TaskContext.get()
             assert context is not None
             partition = context.partitionId()

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from dedup.failpoints import fail_point
-from dedup.worker_imports import keep_static_archive_caches
+from dedup.worker_imports import settle_worker
 from sinks.checkpoint import CheckpointStore, decode_batches, encode_batches
 from sinks.config import SinkConfig
 from sinks.exceptions import CheckpointSchemaError, OutputNameInUseError
@@ -104,7 +104,7 @@ def write_batches(config: SinkConfig, layout: InputLayout, columns: list[str],
     """
     clock = PhaseClock()
     with clock("input"):
-        keep_static_archive_caches()  # per-task overhead of the worker, see the module
+        settle_worker()  # per-task overhead of the worker, see the module
         arrow = list(_as_arrow(batches, columns))
     replayed = won = False
     store: CheckpointStore | None = None

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from dedup.spark_session import make_active
+from dedup.worker_imports import settle_worker
 from sources.synthetic_rows import SCHEMA, SyntheticOptions, SyntheticRow, synthetic_rows
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ class SyntheticStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[SyntheticRow]:
         assert isinstance(partition, _RowRange)
+        settle_worker()  # a Python worker's task: PySpark's per-task overhead, see the module
         return synthetic_rows(self.options, partition.start, partition.end)
 
     def commit(self, end: dict[str, int]) -> None:

@@ -1,4 +1,4 @@
-"""PySpark's per-task overhead in a Python worker, cut by :func:`dedup.worker_imports.settle_worker`.
+"""PySpark's per-task overhead in a Python worker, cut by ``settle_worker``.
 
 PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker;
 it scans every object the collector tracks, and a worker with pyarrow, pandas,
