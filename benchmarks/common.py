@@ -261,13 +261,13 @@ def operator_skeleton(df: Any, id_column: str, num_shards: int, partitions: int)
     from dedup.metrics import LATE, RESULT_COLUMN, RESULT_FIELDS, STATUS
     from dedup.partition_step import id_problem_column, result_type, scalar_iter_udf
     from dedup.placement import placement_column, shard_column
-    from dedup.worker_imports import keep_static_archive_caches
+    from dedup.worker_imports import settle_worker
 
     class NothingDecided:
         """Reads the whole partition as the operator's step does; keeps every row."""
 
         def _zeros(self, rows: int) -> dict[str, np.ndarray]:
-            keep_static_archive_caches()  # as the operator does
+            settle_worker()  # as the operator does
             return {name: np.zeros(rows, dtype=np.int8 if name in (STATUS, LATE) else np.int32)
                     for name in RESULT_FIELDS}
 

@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from dedup.constants import RECORD_ID_HEADER
-from dedup.worker_imports import keep_static_archive_caches
+from dedup.worker_imports import settle_worker
 from sinks.config import SinkConfig
 from sinks.records import InputLayout, check_schema, to_records
 from sinks.writer import _as_arrow
@@ -66,7 +66,7 @@ class PythonAloKafkaWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         self.columns = columns
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        keep_static_archive_caches()  # as our sink does
+        settle_worker()  # as our sink does
         produce_at_least_once(self.config, self.layout, list(_as_arrow(iterator, self.columns)))
         return WriterCommitMessage()
 
@@ -157,7 +157,7 @@ def python_alo_one_pass(df: Any, options: dict[str, str], num_shards: int,
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        keep_static_archive_caches()  # as the one-pass writer does
+        settle_worker()  # as the one-pass writer does
         received = [b for b in batches if b.num_rows]
         if hidden:  # read as the one-pass writer reads them, then dropped
             received = [pa.RecordBatch.from_arrays([b.column(c) for c in columns], columns)
