@@ -17,7 +17,7 @@ PySpark's daemon also runs a full ``gc.collect()`` after every task of a reused
 worker (``pyspark/daemon.py``). A full collection scans every object the
 collector tracks: with pyarrow, pandas (which pyarrow imports on its first array
 made from Python or NumPy objects), NumPy, the toolkit, redis-py and
-confluent-kafka loaded, about 95,000, 45 ms of CPU per task, measured. The
+confluent-kafka loaded, about 95,000, 46 ms of CPU per task, measured. The
 objects alive when a task starts are the worker's long-lived ones (modules,
 clients, Bloom filters: the last task's garbage was collected after it), and
 ``gc.freeze()`` takes them out of those scans (:func:`settle_worker`).
