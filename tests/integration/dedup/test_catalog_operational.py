@@ -321,12 +321,13 @@ def test_a_claim_waits_for_a_replica_that_comes_back_within_the_failover_wait(
     with RedisServer(tmp_path / "primary") as primary, \
             RedisServer(tmp_path / "replica") as replica_server:
         replica = replicate(primary.url, replica_server.url)
-        # replica_timeout 2 s, not 0.5: a replica back online acknowledges a WAIT only
-        # at its next GETACK reply, which took over 0.5 s on a loaded 2-core machine
-        # (once in a README run, 2026-12-03: "online", 0 of 1 acknowledged, given up as
-        # a slow link, which is what that outcome means)
+        # The default replica_timeout (5 s), not a shorter one: a replica back online
+        # acknowledges a WAIT only at its next GETACK reply, which took over 0.5 s on a
+        # loaded 2-core machine (a README run, 2026-12-03) and over 2 s (a fresh clone's
+        # README run, 2026-12-04: "online", 0 of 1 acknowledged, given up as a slow
+        # link, which is what that outcome means). The wait ends at the acknowledgement.
         cfg = DedupConfig(f"op-{uuid.uuid4().hex[:10]}",
-                          RedisConfig(primary.url, replica_timeout=2.0, failover_wait=30),
+                          RedisConfig(primary.url, failover_wait=30),
                           num_shards=1, bloom=BloomConfig(enabled=False))
         assert RedisCatalog(cfg).check_setup()["replicas"] == "1"
         replica.execute_command("REPLICAOF", "NO", "ONE")
