@@ -35,9 +35,12 @@ _LOCK = threading.Lock()
 _PATCHED = False
 # At the first task starts of a worker, not only the first: modules a task imports
 # (pandas, by pyarrow) are frozen at the next one. A bounded number: an object frozen
-# in a reference cycle that turns to garbage later is never collected.
+# in a reference cycle that turns to garbage later is never collected. Once per task:
+# the one-pass writer's task calls settle_worker twice (its front and write_batches),
+# and a second freeze mid-task would take that task's data, not long-lived objects.
 FREEZES = 3
 _FROZEN = 0
+_FROZEN_ATTEMPT = -1  # the task attempt of the last freeze
 
 
 def _static_archive_roots() -> tuple[str, ...]:
@@ -83,20 +86,23 @@ def settle_worker() -> None:
     """Cut PySpark's per-task overhead in this Python worker; call as a task starts.
 
     Keeps PySpark's installed archives' caches (:func:`keep_static_archive_caches`)
-    and, at the first :data:`FREEZES` calls in a Spark task's process, freezes the
-    objects alive out of the collector's scans (``gc.freeze()``). Outside a task
-    (the driver, a script, a test) it freezes nothing. Safe to call many times;
-    it changes no result, only what each task's collection scans.
+    and, at the first call of each of the first :data:`FREEZES` tasks of its process,
+    freezes the objects alive out of the collector's scans (``gc.freeze()``). Outside
+    a task (the driver, a script, a test) it freezes nothing. Safe to call many
+    times; it changes no result, only what each task's collection scans.
     """
-    global _FROZEN
+    global _FROZEN, _FROZEN_ATTEMPT
     keep_static_archive_caches()
     if _FROZEN >= FREEZES:
         return
     from pyspark import TaskContext
 
-    if TaskContext.get() is None:
+    context = TaskContext.get()
+    if context is None:
         return
+    attempt = context.taskAttemptId()
     with _LOCK:
-        if _FROZEN < FREEZES:
+        if _FROZEN < FREEZES and attempt != _FROZEN_ATTEMPT:
             _FROZEN += 1
+            _FROZEN_ATTEMPT = attempt
             gc.freeze()

@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 
-from dedup.worker_imports import FREEZES, settle_worker
-
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
@@ -47,11 +45,3 @@ def test_a_worker_leaves_its_long_lived_objects_out_of_the_collectors_scans(spar
         assert row.scanned < row.frozen / 2, \
             f"worker {row.pid}: the collector still scans {row.scanned} of " \
             f"{row.scanned + row.frozen} objects"
-
-
-def test_outside_a_task_nothing_is_frozen() -> None:
-    """The driver, a script or a unit test: settle_worker leaves its collector alone."""
-    before = gc.get_freeze_count()
-    for _ in range(FREEZES + 1):
-        settle_worker()
-    assert gc.get_freeze_count() == before
