@@ -293,8 +293,9 @@ def install(monkeypatch: Any) -> None:
 
 @dataclass(frozen=True)
 class _TaskContext:
-    """What the code reads of Spark's ``TaskContext`` in a replayed task: the partition and
-    the micro-batch's local properties (:func:`dedup.spark_session.task_batch`)."""
+    """What the code reads of Spark's ``TaskContext`` in a replayed task: the partition,
+    the attempt and the micro-batch's local properties
+    (:func:`dedup.spark_session.task_batch`)."""
 
     query: str
     batch: int
@@ -306,6 +307,10 @@ class _TaskContext:
 
     def attemptNumber(self) -> int:
         return self.attempt
+
+    def taskAttemptId(self) -> int:
+        """Unique per task attempt, as Spark's is (``settle_worker`` reads it)."""
+        return hash((self.query, self.batch, self.partition, self.attempt))
 
     def getLocalProperty(self, name: str) -> str | None:
         from dedup.spark_session import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY
