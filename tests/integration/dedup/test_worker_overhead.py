@@ -45,3 +45,24 @@ def test_a_worker_leaves_its_long_lived_objects_out_of_the_collectors_scans(spar
         assert row.scanned < row.frozen / 2, \
             f"worker {row.pid}: the collector still scans {row.scanned} of " \
             f"{row.scanned + row.frozen} objects"
+
+
+def _daemon_of_this_worker(batches: Iterator[Any]) -> Iterator[Any]:
+    import os
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ")
+    yield pa.RecordBatch.from_pydict({"daemon": [parent.decode(errors="replace")]})
+
+
+def test_a_local_session_forks_its_workers_from_the_toolkits_daemon(spark: Any) -> None:
+    """A new worker starts with its imports done (``dedup.worker_daemon``): Spark
+    forks one whenever no idle worker is free, and stops the idle ones after a
+    minute without Python tasks."""
+    rows = (spark.range(0, 4, numPartitions=4)
+            .mapInArrow(_daemon_of_this_worker, "daemon string").collect())
+    assert rows and all(" -m dedup.worker_daemon " in row.daemon for row in rows), rows
