@@ -74,9 +74,11 @@ def local_spark_session(
     different Python cannot import the toolkit and fails with "Python worker
     failed to connect back". The UI is off and the shuffle partition count is
     small, because the default 200 made stateful queries 6-10x slower on
-    2 cores. On a standalone master (``spark://``) the executors get the
-    toolkit's code and fail-point folder through :func:`executor_env`; the
-    Kafka connector's jars reach them through ``spark.jars`` as everywhere.
+    2 cores. On a local master the Python workers fork from
+    :mod:`dedup.worker_daemon`, with their imports done. On a standalone master
+    (``spark://``) the executors get the toolkit's code and fail-point folder
+    through :func:`executor_env`; the Kafka connector's jars reach them through
+    ``spark.jars`` as everywhere.
     """
     from pyspark.sql import SparkSession
 
@@ -97,6 +99,10 @@ def local_spark_session(
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.python.worker.faulthandler.enabled", "true")
     )
+    if master.startswith("local"):
+        # the workers run this Python, which has the toolkit: fork them with their
+        # imports done (dedup.worker_daemon)
+        builder = builder.config("spark.python.daemon.module", "dedup.worker_daemon")
     if with_kafka:
         builder = builder.config("spark.jars", ",".join(spark_kafka_connector_jars()))
     for key, value in {**executor_env(master), **(conf or {})}.items():
