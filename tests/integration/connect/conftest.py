@@ -59,6 +59,9 @@ def connect_spark() -> Iterator[Any]:
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.pyspark.python", sys.executable)
                .config("spark.pyspark.driver.python", sys.executable)
+               # as dedup.local.spark.local_spark_session: workers forked with their
+               # imports done
+               .config("spark.python.daemon.module", "dedup.worker_daemon")
                .config("spark.driver.memory", "1g")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.adaptive.enabled", "false")
