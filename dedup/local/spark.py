@@ -7,7 +7,7 @@ import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,6 +61,20 @@ def executor_env(master: str, environ: dict[str, str] | None = None) -> dict[str
     return conf
 
 
+def worker_daemon_conf(master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """The daemon setting :func:`local_spark_session` adds for ``master`` and ``conf``.
+
+    On a local master whose workers run this Python (it has the toolkit), they fork
+    from :mod:`dedup.worker_daemon` with their imports done. A worker Python of the
+    caller's own choosing (``spark.pyspark.python`` in ``conf``) may lack the
+    toolkit: it keeps PySpark's daemon, and the sinks' one-line refusal of it.
+    """
+    if master.startswith("local") and \
+            conf.get("spark.pyspark.python", sys.executable) == sys.executable:
+        return {"spark.python.daemon.module": "dedup.worker_daemon"}
+    return {}
+
+
 def local_spark_session(
     app_name: str = "dedup",
     master: str = "local[2]",
@@ -99,10 +113,8 @@ def local_spark_session(
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.python.worker.faulthandler.enabled", "true")
     )
-    if master.startswith("local"):
-        # the workers run this Python, which has the toolkit: fork them with their
-        # imports done (dedup.worker_daemon)
-        builder = builder.config("spark.python.daemon.module", "dedup.worker_daemon")
+    for key, value in worker_daemon_conf(master, conf or {}).items():
+        builder = builder.config(key, value)
     if with_kafka:
         builder = builder.config("spark.jars", ",".join(spark_kafka_connector_jars()))
     for key, value in {**executor_env(master), **(conf or {})}.items():

@@ -57,3 +57,14 @@ def test_the_daemon_holds_the_workers_imports_and_forks_from_one_thread(
     if jemalloc_conf is not None:  # the user's settings kept, the thread turned off
         assert conf.startswith(f"JE_ARROW_MALLOC_CONF={jemalloc_conf},".encode()), conf
     assert conf.endswith(b"background_thread:false"), conf
+
+
+def test_a_local_session_uses_the_daemon_only_where_its_workers_run_this_python() -> None:
+    from dedup.local.spark import worker_daemon_conf
+
+    daemon = {"spark.python.daemon.module": "dedup.worker_daemon"}
+    assert worker_daemon_conf("local[2]", {}) == daemon
+    assert worker_daemon_conf("local[2,4]", {"spark.pyspark.python": sys.executable}) == daemon
+    # a worker Python of the caller's choosing may lack the toolkit; a cluster's too
+    assert worker_daemon_conf("local[2]", {"spark.pyspark.python": "/usr/bin/python3"}) == {}
+    assert worker_daemon_conf("spark://127.0.0.1:7077", {}) == {}
