@@ -33,6 +33,7 @@ import gc
 import importlib
 import os
 import sys
+import warnings
 
 JEMALLOC_CONF_ENV = "JE_ARROW_MALLOC_CONF"
 NO_BACKGROUND_THREAD = "background_thread:false"
@@ -57,11 +58,11 @@ def _without_background_thread() -> None:
     os.execv(sys.executable, [sys.executable, "-m", __spec__.name, *sys.argv[1:]])
 
 
-def preload() -> None:
+def _preload() -> None:
     """Import what the workers need and take it out of their collector's scans.
 
-    Safe to repeat. A module that is not installed is left to the workers, which
-    import it as before (or fail as they would have).
+    For the daemon, before its first fork. A module that is not installed is left to
+    the workers, which import it as before (or fail as they would have).
     """
     from dedup.worker_imports import keep_static_archive_caches
 
@@ -79,16 +80,20 @@ def preload() -> None:
     # runs before each fork (the pool starts again in a child that uses BLAS): one
     # fork of a child that exits at once stops it here for good, as the daemon never
     # calls BLAS, so the daemon waits for Spark, and forks, with one thread.
-    pid = os.fork()
+    # Python 3.12+ warns at a fork with more than one thread running: that thread is
+    # the pool this fork stops.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         os._exit(0)
     os.waitpid(pid, 0)
 
 
 def main() -> None:
-    """Run PySpark's daemon with :func:`preload` done. Does not return."""
+    """Run PySpark's daemon with the workers' imports done. Does not return."""
     _without_background_thread()
-    preload()
+    _preload()
     from pyspark.daemon import manager
 
     manager()

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="ne
 def _start(env: dict[str, str]) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "dedup.worker_daemon", "pyspark.worker"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
                             env={**env, "PYTHON_WORKER_FACTORY_SECRET": "test-secret"})
     assert proc.stdout is not None
     port = proc.stdout.read(4)
@@ -31,10 +32,12 @@ def _start(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    assert proc.stdin is not None
+def _stop(proc: subprocess.Popen[bytes]) -> bytes:
+    """Stop the daemon; what it printed to stderr (Spark shows it to the user)."""
+    assert proc.stdin is not None and proc.stderr is not None
     proc.stdin.close()  # how Spark stops its daemon
     proc.wait(20)  # it ends (with code 1, as PySpark's own daemon does)
+    return proc.stderr.read()
 
 
 @pytest.mark.parametrize("jemalloc_conf", [None, "narenas:2"], ids=["unset", "set-by-the-user"])
@@ -50,13 +53,14 @@ def test_the_daemon_holds_the_workers_imports_and_forks_from_one_thread(
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
         environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
     finally:
-        _stop(proc)
+        printed = _stop(proc)
     assert threads == ["python"] or len(threads) == 1, f"threads before a fork: {threads}"
     assert "libarrow" in maps, "pyarrow is not loaded in the daemon"
     conf = next(v for v in environ if v.startswith(b"JE_ARROW_MALLOC_CONF="))
     if jemalloc_conf is not None:  # the user's settings kept, the thread turned off
         assert conf.startswith(f"JE_ARROW_MALLOC_CONF={jemalloc_conf},".encode()), conf
     assert conf.endswith(b"background_thread:false"), conf
+    assert printed == b"", printed.decode(errors="replace")  # no warning, no traceback
 
 
 def test_a_local_session_uses_the_daemon_only_where_its_workers_run_this_python() -> None:
