@@ -116,9 +116,12 @@ def test_spark_processes_on_a_fake_proc_tree(tmp_path: Path) -> None:
           (py, "-m", "pyspark.sql.streaming.python_streaming_source_runner"))
     _proc(tmp_path, 60, "chmod", 20, ("chmod", "700", "/tmp/x"))
     _proc(tmp_path, 70, "python", 1, (py, "-m", "pyspark.daemon", "pyspark.worker"))
+    # a local session's task workers fork from the toolkit's daemon (dedup.worker_daemon)
+    _proc(tmp_path, 80, "python", 20, (py, "-m", "dedup.worker_daemon", "pyspark.worker"))
+    _proc(tmp_path, 81, "python", 80, (py, "-m", "dedup.worker_daemon", "pyspark.worker"))
     found = spark_processes(10, tmp_path)
-    assert found == {"driver": 10, "jvm": 20, "workers": [31, 32],
-                     "other_python": [30, 40, 41, 50]}
+    assert found == {"driver": 10, "jvm": 20, "workers": [31, 32, 81],
+                     "other_python": [30, 40, 41, 50, 80]}
     assert rss_mb(31, tmp_path) == 2.0
     assert rss_mb(99, tmp_path) is None
     assert spark_processes(99, tmp_path)["jvm"] is None
