@@ -126,7 +126,8 @@ def spark_processes(root: int, proc: Path = Path("/proc")) -> dict[str, Any]:
     ``{"driver": pid, "jvm": pid | None, "workers": [pid, ...], "other_python": [pid, ...]}``.
 
     The JVM is ``root``'s ``java`` child. PySpark 4 starts one ``pyspark.daemon`` per
-    worker module under it; ``workers`` are the processes forked by the daemon of
+    worker module under it (``dedup.worker_daemon`` for the task workers of a local
+    session); ``workers`` are the processes forked by the daemon of
     ``pyspark.worker``, the task workers that read the source, decide and write;
     ``other_python`` the rest of the JVM's Python: the daemons, the workers of the
     data-source planning modules (``lookup_data_sources``, ``create_data_source``,
@@ -142,7 +143,8 @@ def spark_processes(root: int, proc: Path = Path("/proc")) -> dict[str, Any]:
             continue
         other.append(pid)
         forked = kids.get(pid, [])
-        if "pyspark.daemon" in argv and argv[-1] == "pyspark.worker":
+        if argv[-1] == "pyspark.worker" and ("pyspark.daemon" in argv
+                                             or "dedup.worker_daemon" in argv):
             workers.extend(forked)
         else:
             other.extend(forked)
