@@ -56,6 +56,7 @@ from benchmarks.common import (
     run_metadata,
     write_json,
 )
+from dedup.worker_daemon import DAEMON_MODULE
 
 REPO = Path(__file__).resolve().parent.parent
 APP_ID = "bench-soak"
@@ -144,7 +145,7 @@ def spark_processes(root: int, proc: Path = Path("/proc")) -> dict[str, Any]:
         other.append(pid)
         forked = kids.get(pid, [])
         if argv[-1] == "pyspark.worker" and ("pyspark.daemon" in argv
-                                             or "dedup.worker_daemon" in argv):
+                                             or DAEMON_MODULE in argv):
             workers.extend(forked)
         else:
             other.extend(forked)

@@ -35,6 +35,8 @@ import os
 import sys
 import warnings
 
+DAEMON_MODULE = "dedup.worker_daemon"
+"""The value of ``spark.python.daemon.module`` that selects this daemon."""
 JEMALLOC_CONF_ENV = "JE_ARROW_MALLOC_CONF"
 NO_BACKGROUND_THREAD = "background_thread:false"
 PRELOAD = ("pyspark.worker", "pyspark.sql.pandas.serializers", "pyarrow", "pandas",
@@ -55,7 +57,7 @@ def _without_background_thread() -> None:
     os.environ[JEMALLOC_CONF_ENV] = f"{conf},{NO_BACKGROUND_THREAD}" if conf else \
         NO_BACKGROUND_THREAD
     sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable, "-m", __spec__.name, *sys.argv[1:]])
+    os.execv(sys.executable, [sys.executable, "-m", DAEMON_MODULE, *sys.argv[1:]])
 
 
 def _preload() -> None:

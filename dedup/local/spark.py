@@ -71,7 +71,9 @@ def worker_daemon_conf(master: str, conf: Mapping[str, str]) -> dict[str, str]:
     """
     if master.startswith("local") and \
             conf.get("spark.pyspark.python", sys.executable) == sys.executable:
-        return {"spark.python.daemon.module": "dedup.worker_daemon"}
+        from dedup.worker_daemon import DAEMON_MODULE
+
+        return {"spark.python.daemon.module": DAEMON_MODULE}
     return {}
 
 

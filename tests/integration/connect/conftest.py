@@ -43,6 +43,7 @@ def connect_spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     from dedup.local.paths import spark_kafka_connector_jars
+    from dedup.worker_daemon import DAEMON_MODULE
 
     if SparkContext._active_spark_context is not None:
         pytest.skip("a classic SparkSession already runs in this process: run "
@@ -61,7 +62,7 @@ def connect_spark() -> Iterator[Any]:
                .config("spark.pyspark.driver.python", sys.executable)
                # as dedup.local.spark.local_spark_session: workers forked with their
                # imports done
-               .config("spark.python.daemon.module", "dedup.worker_daemon")
+               .config("spark.python.daemon.module", DAEMON_MODULE)
                .config("spark.driver.memory", "1g")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.adaptive.enabled", "false")
