@@ -2,12 +2,13 @@
 
 Spark calls a Python listener through Py4J for every event of every query of the
 session. PySpark turns a progress event into Python objects field by field, one Py4J
-round trip each (``QueryProgressEvent.fromJObject``): about 150 round trips, 107 ms
+round trip each (``QueryProgressEvent.fromJObject``): about 470 round trips, 107 ms
 of wall time, 30 ms of the driver's Python CPU and 96 ms of its JVM's per event on
 the 2-core machine (2026-12-04), on the listener bus's one thread. The event's JSON
 is one round trip (as Spark Connect delivers events, and as PySpark 4.1 reads
 ``lastProgress``). A query without Python code of its own (``noop`` sink), so that
-every Py4J call a callback thread makes is the listener's.
+every Py4J call a callback thread makes is the listener's (its start and
+termination events count too).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from dedup.gc import DecisionGcListener, session_listener
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-# Round trips one event may cost: the event's JSON, and a little room.
+# Round trips one event may cost: the event's JSON, and room (PySpark's own conversion
+# made 466, and 501 with the releases of its Java objects).
 MAX_ROUND_TRIPS_PER_EVENT = 4
 
 
@@ -39,7 +41,9 @@ def test_a_progress_event_costs_the_driver_a_few_round_trips(
     send = ClientServerConnection.send_command
 
     def counted(self: Any, command: str) -> Any:
-        if threading.get_ident() != main:
+        # Py4J's finalizer thread releases Java objects made by any thread ("m"
+        # commands): not counted, as no call can be told the listener's
+        if threading.get_ident() != main and not command.startswith("m\n"):
             calls[threading.get_ident()] += 1
         return send(self, command)
 
