@@ -41,7 +41,7 @@ from pyspark.sql.streaming.listener import (
 from dedup.catalog import RedisCatalog
 from dedup.exceptions import DedupError
 from dedup.failpoints import fail_point
-from dedup.spark_session import before_stop, session_stopped
+from dedup.spark_session import before_stop, classic_listener_handle, session_stopped
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +84,8 @@ class DecisionGcListener(StreamingQueryListener):
         hands to Spark for this listener: PySpark's own wrapper around
         :class:`_JsonEvents` instead of PySpark's field-by-field converter. Spark
         Connect never asks for it (its server sends events as JSON already)."""
-        from pyspark import SparkContext
-
         if not hasattr(self, "_jlistenerobj"):
-            jvm = SparkContext._jvm
-            assert jvm is not None  # addListener started the gateway's callback server
-            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
+            self._jlistenerobj = classic_listener_handle(_JsonEvents(self))
         return self._jlistenerobj
 
     def on_stop(self, query_id: str, name: str, release: Callable[[], None]) -> None:

@@ -223,6 +223,21 @@ def batch_identity(df: Any) -> tuple[str | None, str | None]:
             context.getLocalProperty(RUN_ID_PROPERTY) or None)
 
 
+def classic_listener_handle(callback: Any) -> Any:
+    """The JVM's ``PythonStreamingQueryListenerWrapper`` around ``callback`` (a Py4J
+    callback implementing Spark's ``PythonStreamingQueryListener``), for a listener's
+    ``_jlistener``: what PySpark's classic ``streams.addListener`` and
+    ``removeListener`` hand to Spark. Classic only: Spark Connect never asks a
+    listener for it. Raises ``DedupError`` without an active classic SparkContext."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context  # classic only (see the docstring)
+    jvm = context._jvm if context is not None else None
+    if jvm is None:
+        raise DedupError("no active SparkContext to register a streaming listener with")
+    return jvm.PythonStreamingQueryListenerWrapper(callback)
+
+
 def query_session(df: Any) -> Any:
     """The session whose query manager runs the streaming query of ``df``, a
     ``foreachBatch`` DataFrame, or None when there is none.
