@@ -263,7 +263,7 @@ class _JsonEvents:
     (500 with the releases of its Java objects), 107 ms of wall time, 30 ms of the driver's
     Python CPU and 96 ms of its JVM's per event on the 2-core machine
     (2026-12-04; ``tests/integration/dedup/test_gc_listener_events.py``). The JSON
-    is what Spark Connect delivers and what PySpark 4.1 reads ``lastProgress`` from.
+    is what Spark Connect delivers and what PySpark 4.2 reads ``lastProgress`` from.
     """
 
     def __init__(self, listener: DecisionGcListener) -> None:

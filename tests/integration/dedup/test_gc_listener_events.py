@@ -5,7 +5,7 @@ session. PySpark turns a progress event into Python objects field by field, one 
 round trip each (``QueryProgressEvent.fromJObject``): about 470 round trips, 107 ms
 of wall time, 30 ms of the driver's Python CPU and 96 ms of its JVM's per event on
 the 2-core machine (2026-12-04), on the listener bus's one thread. The event's JSON
-is one round trip (as Spark Connect delivers events, and as PySpark 4.1 reads
+is one round trip (as Spark Connect delivers events, and as PySpark 4.2 reads
 ``lastProgress``). A query without Python code of its own (``noop`` sink), so that
 every Py4J call a callback thread makes is the listener's (its start and
 termination events count too).
