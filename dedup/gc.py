@@ -32,6 +32,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import (
+    JStreamingQueryListener,
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
@@ -253,9 +254,10 @@ def _decoded(kind: Any, jevent: Any) -> Any:
         return kind.fromJObject(jevent)
 
 
-class _JsonEvents:
-    """Spark's ``PythonStreamingQueryListener`` for one :class:`DecisionGcListener` of a
-    classic session: hands it each event decoded from the event's JSON.
+class _JsonEvents(JStreamingQueryListener):
+    """PySpark's Py4J callback for one :class:`DecisionGcListener` of a classic
+    session (Spark's ``PythonStreamingQueryListener``), handing it each event
+    decoded from the event's JSON instead of converted field by field.
 
     Why: Spark calls a Python listener on the listener bus's one thread for every
     event of every query of the session, and PySpark's own wrapper converts a
@@ -266,23 +268,17 @@ class _JsonEvents:
     is what Spark Connect delivers and what PySpark 4.2 reads ``lastProgress`` from.
     """
 
-    def __init__(self, listener: DecisionGcListener) -> None:
-        self._listener = listener
-
     def onQueryStarted(self, jevent: Any) -> None:
-        self._listener.onQueryStarted(_decoded(QueryStartedEvent, jevent))
+        self.pylistener.onQueryStarted(_decoded(QueryStartedEvent, jevent))
 
     def onQueryProgress(self, jevent: Any) -> None:
-        self._listener.onQueryProgress(_decoded(QueryProgressEvent, jevent))
+        self.pylistener.onQueryProgress(_decoded(QueryProgressEvent, jevent))
 
     def onQueryIdle(self, jevent: Any) -> None:
-        self._listener.onQueryIdle(_decoded(QueryIdleEvent, jevent))
+        self.pylistener.onQueryIdle(_decoded(QueryIdleEvent, jevent))
 
     def onQueryTerminated(self, jevent: Any) -> None:
-        self._listener.onQueryTerminated(_decoded(QueryTerminatedEvent, jevent))
-
-    class Java:
-        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+        self.pylistener.onQueryTerminated(_decoded(QueryTerminatedEvent, jevent))
 
 
 # SparkSession -> its one listener (weak: keeps no session alive)
