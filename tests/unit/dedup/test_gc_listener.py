@@ -211,3 +211,15 @@ def test_closing_waits_for_a_query_held_after_its_start() -> None:
     listener.onQueryTerminated(SimpleNamespace(id="one-pass"))
     listener.onQueryTerminated(SimpleNamespace(id="sink-only"))
     assert listener.wait_for_terminations(set(), timeout=0.0) == set()
+
+
+def test_the_java_handle_is_refused_in_one_line_without_a_classic_context() -> None:
+    """Where no classic SparkContext runs (a Spark Connect client, which never asks for
+    it), the listener's Java handle is a one-line refusal, not an attribute error."""
+    from pyspark import SparkContext
+
+    from dedup.exceptions import DedupError
+
+    assert SparkContext._active_spark_context is None
+    with pytest.raises(DedupError, match="no active SparkContext"):
+        _ = DecisionGcListener()._jlistener
