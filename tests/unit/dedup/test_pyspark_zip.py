@@ -1,0 +1,58 @@
+"""PySpark's zip of sources gets byte code its importers read (dedup/local/pyspark_zip.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from dedup.local.pyspark_zip import compile_zip, has_byte_code
+
+
+def _zip(path: Path, files: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
+
+
+def _import(path: Path, module: str) -> list[str]:
+    code = (f"import sys; sys.path.insert(0, {str(path)!r}); import {module} as m; "
+            "print(m.__file__); print(m.VALUE)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    return done.stdout.split()
+
+
+def test_each_module_is_imported_from_its_byte_code_and_the_sources_stay(tmp_path: Path) -> None:
+    path = _zip(tmp_path / "pyspark.zip", {
+        "pyspark/__init__.py": b"VALUE = 'package'\n",
+        "pyspark/sql/__init__.py": b"",
+        "pyspark/sql/mod.py": b"VALUE = 6 * 7\n",
+        "pyspark/broken.py": b"def (:\n",
+        "pyspark/data.txt": b"not code",
+    })
+    assert not has_byte_code(path)
+    assert compile_zip(path) is True
+    assert has_byte_code(path)
+    names = set(zipfile.ZipFile(path).namelist())
+    assert {"pyspark/__init__.pyc", "pyspark/sql/mod.pyc", "pyspark/sql/mod.py",
+            "pyspark/broken.py", "pyspark/data.txt"} <= names
+    assert "pyspark/broken.pyc" not in names  # no byte code for what does not compile
+    origin, value = _import(path, "pyspark.sql.mod")
+    assert origin.endswith("pyspark.zip/pyspark/sql/mod.pyc") and value == "42"
+    assert compile_zip(path) is False  # present: left alone
+    assert not list(tmp_path.glob(".pyspark-*"))  # no temporary file left
+
+
+def test_another_pythons_byte_code_is_replaced(tmp_path: Path) -> None:
+    other = b"\x00\x00\r\n" + bytes(12) + b"junk"
+    path = _zip(tmp_path / "pyspark.zip", {"pyspark/__init__.py": b"VALUE = 1\n",
+                                           "pyspark/__init__.pyc": other})
+    assert not has_byte_code(path)
+    assert compile_zip(path) is True
+    archive = zipfile.ZipFile(path)
+    assert archive.namelist().count("pyspark/__init__.pyc") == 1
+    assert archive.read("pyspark/__init__.pyc") != other
+    assert _import(path, "pyspark")[1] == "1"
