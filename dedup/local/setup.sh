@@ -78,13 +78,13 @@ fi
 "$venv/bin/python" -m compileall -q dedup sinks sources benchmarks tests \
   || die "python could not compile the checkout's sources (the line above says which)"
 
-# --- byte code for PySpark's pyspark.zip ------------------------------------
-# Spark puts pyspark.zip first on the path of every Python process it starts (workers,
+# --- byte code for PySpark's pyspark.zip and Py4J's zip ---------------------
+# Spark puts both zips first on the path of every Python process it starts (workers,
 # the driver's data source planners, a streaming source's runner), and zipped sources
 # are compiled anew in each: 0.5 CPU s per process (dedup/local/pyspark_zip.py).
 # Left alone once done (a few seconds the first time).
 "$venv/bin/python" -m dedup.local.pyspark_zip ${quiet:+-q} \
-  || die "python could not add byte code to PySpark's pyspark.zip (the line above says why)"
+  || die "python could not add byte code to PySpark's zips (the line above says why)"
 
 # --- jars from Maven Central ------------------------------------------------
 # The one home of the fetch is `dedup fetch-jars` (dedup/local/jars.py): the

@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from dedup.local.pyspark_zip import compile_zip, has_byte_code
+from dedup.local.pyspark_zip import compile_zip, has_byte_code, spark_python_zips
 
 
 def _zip(path: Path, files: dict[str, bytes]) -> Path:
@@ -56,3 +56,19 @@ def test_another_pythons_byte_code_is_replaced(tmp_path: Path) -> None:
     assert archive.namelist().count("pyspark/__init__.pyc") == 1
     assert archive.read("pyspark/__init__.pyc") != other
     assert _import(path, "pyspark")[1] == "1"
+
+
+def test_py4js_zip_is_compiled_too_and_a_zip_without_sources_needs_nothing(
+        tmp_path: Path) -> None:
+    path = _zip(tmp_path / "py4j-src.zip", {"py4j/version.py": b"VALUE = '0.10'\n",
+                                            "py4j/__init__.py": b"VALUE = 'py4j'\n"})
+    assert not has_byte_code(path)
+    assert compile_zip(path) is True and has_byte_code(path)
+    assert _import(path, "py4j.version") == [f"{path}/py4j/version.pyc", "0.10"]
+    empty = _zip(tmp_path / "data.zip", {"README": b"no code"})
+    assert has_byte_code(empty) and compile_zip(empty) is False
+
+
+def test_the_zips_of_this_pysparks_lib_are_found() -> None:
+    names = [path.name for path in spark_python_zips()]
+    assert "pyspark.zip" in names and any(name.startswith("py4j-") for name in names)
