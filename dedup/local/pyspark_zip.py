@@ -79,8 +79,10 @@ def compile_zip(path: Path) -> bool:
 
     Returns False (and leaves the file alone) when it already holds this Python's
     byte code, True after a rewrite. The new zip replaces the old one in one rename,
-    so a process that starts meanwhile reads one or the other, whole. A module whose
-    source this Python cannot compile keeps its source only. Safe to repeat.
+    so a process that starts meanwhile reads one or the other, whole (one already
+    importing from the old zip would not: run it, as ``setup.sh`` does, right after
+    pip has installed PySpark, before Spark runs). A module whose source this Python
+    cannot compile keeps its source only. Safe to repeat.
     """
     if has_byte_code(path):
         return False
@@ -97,7 +99,9 @@ def compile_zip(path: Path) -> bool:
                 if not info.filename.endswith(".py"):
                     continue
                 try:
-                    pyc = _pyc(data, info.filename)
+                    # the path the zip importer gives a module compiled from the zip's
+                    # source, so that tracebacks read as before
+                    pyc = _pyc(data, os.path.join(str(path), info.filename))
                 except (SyntaxError, ValueError):
                     continue
                 entry = zipfile.ZipInfo(info.filename + "c", info.date_time)

@@ -19,7 +19,8 @@ def _zip(path: Path, files: dict[str, bytes]) -> Path:
 
 def _import(path: Path, module: str) -> list[str]:
     code = (f"import sys; sys.path.insert(0, {str(path)!r}); import {module} as m; "
-            "print(m.__file__); print(m.VALUE)")
+            "print(m.__file__); print(m.VALUE); "
+            "print(m.__spec__.loader.get_code(m.__name__).co_filename)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     return done.stdout.split()
@@ -40,8 +41,9 @@ def test_each_module_is_imported_from_its_byte_code_and_the_sources_stay(tmp_pat
     assert {"pyspark/__init__.pyc", "pyspark/sql/mod.pyc", "pyspark/sql/mod.py",
             "pyspark/broken.py", "pyspark/data.txt"} <= names
     assert "pyspark/broken.pyc" not in names  # no byte code for what does not compile
-    origin, value = _import(path, "pyspark.sql.mod")
+    origin, value, compiled_as = _import(path, "pyspark.sql.mod")
     assert origin.endswith("pyspark.zip/pyspark/sql/mod.pyc") and value == "42"
+    assert compiled_as == f"{path}/pyspark/sql/mod.py"  # tracebacks name the source
     assert compile_zip(path) is False  # present: left alone
     assert not list(tmp_path.glob(".pyspark-*"))  # no temporary file left
 
@@ -64,7 +66,7 @@ def test_py4js_zip_is_compiled_too_and_a_zip_without_sources_needs_nothing(
                                             "py4j/__init__.py": b"VALUE = 'py4j'\n"})
     assert not has_byte_code(path)
     assert compile_zip(path) is True and has_byte_code(path)
-    assert _import(path, "py4j.version") == [f"{path}/py4j/version.pyc", "0.10"]
+    assert _import(path, "py4j.version")[:2] == [f"{path}/py4j/version.pyc", "0.10"]
     empty = _zip(tmp_path / "data.zip", {"README": b"no code"})
     assert has_byte_code(empty) and compile_zip(empty) is False
 
