@@ -315,6 +315,30 @@ def session_listener(spark: Any) -> DecisionGcListener:
         return listener
 
 
+def await_stopped_queries(spark: Any, timeout: float = CLOSE_WAIT_S) -> set[str]:
+    """Wait (up to ``timeout`` seconds) until the toolkit's listener of ``spark`` has
+    handled the end of every query of the session that stopped; return those it still
+    waits for. Safe to repeat; returns at once when none is pending or no listener runs.
+
+    Spark tells listeners of a query's end asynchronously, and the listener releases
+    the query's app id lease then: a new query of the same app id started right after
+    a stop (a new checkpoint, a restart) would otherwise be refused by that lease at its
+    first claim (``AppIdInUseError``, naming a query that has stopped).
+    """
+    with _LISTENERS_LOCK:
+        listener = _LISTENERS.get(spark)
+    if listener is None:
+        return set()
+    active = {str(query.id) for query in spark.streams.active}
+    if not listener.unfinished(active):
+        return set()
+    left = listener.wait_for_terminations(active, timeout)
+    if left:
+        log.info("the end of streaming queries %s is not handled yet (%.0f s): a lease "
+                 "they hold lapses by itself", ", ".join(sorted(left)), timeout)
+    return left
+
+
 def close_session_listener(spark: Any, timeout: float = CLOSE_WAIT_S) -> None:
     """Close the toolkit's listener of ``spark``: wait (up to ``timeout`` seconds) until
     every stopped query's termination is handled (leases released, decisions

@@ -282,9 +282,12 @@ class Deduplicator:
         return pinned
 
     def _install_listener(self, spark: SparkSession) -> None:
-        from dedup.gc import session_listener
+        from dedup.gc import await_stopped_queries, session_listener
 
         session_listener(spark).watch(self.metric_name, self.catalog)
+        # a query of this app id stopped just before holds its lease until the listener
+        # hears its end: this query's first claim would be refused
+        await_stopped_queries(spark)
 
     def metrics(self, query: StreamingQuery | None = None,
                 with_catalog_size: bool = False) -> DedupMetrics | None:

@@ -109,6 +109,11 @@ class DedupKafkaForeachBatch:
         before_stop(df.sparkSession)
         self._partitions, self._step_config = plan.partitions, plan.step_config
         self._connect_client = is_connect(df)
+        # a query of this app id stopped just before holds its lease until the session's
+        # listener hears its end: this query's first batch would be refused
+        from dedup.gc import await_stopped_queries
+
+        await_stopped_queries(df.sparkSession)
         return df.select("*", *hidden).writeStream.foreachBatch(self)
 
     def __call__(self, df: Any, batch_id: int) -> None:

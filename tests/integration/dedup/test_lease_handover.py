@@ -28,7 +28,7 @@ from tests.integration.dedup.helpers import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.redis]
 
-SLOW_BUS_S = 8.0  # the listener's handling of the first query's end, held this long
+SLOW_BUS_S = 5.0  # the listener's handling of the first query's end, held this long
 
 
 def _batches(prefix: str, n_batches: int, size: int) -> list[list[Record]]:
