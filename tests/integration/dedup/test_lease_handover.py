@@ -17,21 +17,14 @@ import pytest
 
 from dedup import DedupConfig, Deduplicator, RedisConfig
 from dedup.gc import session_listener
-from tests.integration.dedup.helpers import (
-    BatchCollector,
-    Record,
-    assert_exact,
-    reference,
-    run_stream,
-    write_batches,
-)
+from tests.integration.dedup import helpers
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.redis]
 
 SLOW_BUS_S = 5.0  # the listener's handling of the first query's end, held this long
 
 
-def _batches(prefix: str, n_batches: int, size: int) -> list[list[Record]]:
+def _batches(prefix: str, n_batches: int, size: int) -> list[list[helpers.Record]]:
     return [[(f"{prefix}{b}-{i % (size // 2)}", b * 100_000 + i) for i in range(size)]
             for b in range(n_batches)]
 
@@ -40,11 +33,11 @@ def test_a_query_started_right_after_another_stopped_takes_the_app_id_at_once(
         spark: Any, redis_url: str, app_id: str, tmp_path: Path) -> None:
     config = DedupConfig(app_id, RedisConfig(redis_url), num_shards=4)
     first, second = _batches("a", 2, 100), _batches("b", 2, 100)
-    write_batches(tmp_path / "in-a", first)
-    write_batches(tmp_path / "in-b", second)
+    helpers.write_batches(tmp_path / "in-a", first)
+    helpers.write_batches(tmp_path / "in-b", second)
     source = (spark.readStream.schema("_record_id string, v long")
               .option("maxFilesPerTrigger", 1).json(str(tmp_path / "in-a")))
-    collected = BatchCollector()
+    collected = helpers.BatchCollector()
     query = (Deduplicator(config).apply(source).writeStream.foreachBatch(collected)
              .option("checkpointLocation", str(tmp_path / "ck-a"))
              .trigger(availableNow=True).start())
@@ -56,10 +49,11 @@ def test_a_query_started_right_after_another_stopped_takes_the_app_id_at_once(
         query.awaitTermination()
     finally:
         query.stop()
-    assert_exact(collected.rows(), reference(first))
+    helpers.assert_exact(collected.rows(), helpers.reference(first))
     started = time.monotonic()
     # A new checkpoint: another query of the same pipeline, at once.
-    again = BatchCollector()
-    run_stream(spark, Deduplicator(config), tmp_path / "in-b", str(tmp_path / "ck-b"), again)
-    assert_exact(again.rows(), reference(second))
+    again = helpers.BatchCollector()
+    helpers.run_stream(spark, Deduplicator(config), tmp_path / "in-b", str(tmp_path / "ck-b"),
+                       again)
+    helpers.assert_exact(again.rows(), helpers.reference(second))
     assert time.monotonic() - started < SLOW_BUS_S + 60
