@@ -315,6 +315,13 @@ def session_listener(spark: Any) -> DecisionGcListener:
         return listener
 
 
+def _wait_for_stopped(listener: DecisionGcListener, spark: Any, timeout: float) -> set[str]:
+    """Wait until ``listener`` has handled the end of every query of ``spark`` that is
+    not running; return those still waited for (at once when there are none)."""
+    return listener.wait_for_terminations({str(query.id) for query in spark.streams.active},
+                                          timeout)
+
+
 def await_stopped_queries(spark: Any, timeout: float = CLOSE_WAIT_S) -> set[str]:
     """Wait (up to ``timeout`` seconds) until the toolkit's listener of ``spark`` has
     handled the end of every query of the session that stopped; return those it still
@@ -329,10 +336,7 @@ def await_stopped_queries(spark: Any, timeout: float = CLOSE_WAIT_S) -> set[str]
         listener = _LISTENERS.get(spark)
     if listener is None:
         return set()
-    active = {str(query.id) for query in spark.streams.active}
-    if not listener.unfinished(active):
-        return set()
-    left = listener.wait_for_terminations(active, timeout)
+    left = _wait_for_stopped(listener, spark, timeout)
     if left:
         log.info("the end of streaming queries %s is not handled yet (%.0f s): a lease "
                  "they hold lapses by itself", ", ".join(sorted(left)), timeout)
@@ -354,8 +358,7 @@ def close_session_listener(spark: Any, timeout: float = CLOSE_WAIT_S) -> None:
     try:
         if session_stopped(spark):
             return
-        active = {str(query.id) for query in spark.streams.active}
-        left = listener.wait_for_terminations(active, timeout)
+        left = _wait_for_stopped(listener, spark, timeout)
         if left:
             log.warning("closing the dedup listener before the end of streaming queries %s "
                         "was handled (%.0f s): their app id leases lapse by themselves",
