@@ -181,3 +181,61 @@ def test_a_new_query_may_write_the_output_at_once_after_the_old_one_stopped(
     sink.release()
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert report.ok, report.summary()
+
+
+SLOW_BUS_S = 5.0  # the listener's handling of the first query's end, held this long
+
+
+@pytest.mark.spark
+def test_a_sink_only_query_started_right_after_another_stopped_writes_at_once(
+        spark: Any, kafka_bootstrap: str, redis_url: str, app_id: str,
+        tmp_path: Any) -> None:
+    """A script that stops a query and starts another on the same output at once, with
+    no dedup operator in front (whose start waits for the session's listener): the
+    first query's output lease is released when the listener hears its end, which
+    Spark delivers asynchronously, and the second query's first write was refused
+    (``OutputNameInUseError`` naming the query that had stopped)."""
+    from dedup.gc import session_listener
+    from dedup.ids import with_record_id
+    from tests.integration.sinks.pipeline import (
+        SINK_PARTITIONS,
+        check_exact,
+        fill_input,
+        kafka_stream,
+        sink_options,
+    )
+
+    first, expected = fill_input(kafka_bootstrap, app_id, records=40, duplicates=0)
+    second, more = fill_input(kafka_bootstrap, f"{app_id}-b", records=40, duplicates=0,
+                              id_prefix="more")
+    expected.update(more)
+    options = sink_options(kafka_bootstrap, first, app_id, redis_url)  # both write first.out
+    store = CheckpointStore.for_config(SinkConfig.from_options(options))
+    for run, topics in (("first", first), ("second", second)):
+        df = with_record_id(kafka_stream(spark, kafka_bootstrap, topics.source),
+                            strategy="column", column="key")
+        query = (df.repartition(SINK_PARTITIONS, "_record_id").writeStream
+                 .foreachBatch(ExactlyOnceKafkaForeachBatch(options))  # one per query
+                 .option("checkpointLocation", str(tmp_path / run))
+                 .trigger(availableNow=True).start())
+        if run == "first":
+            # A slow listener bus, made certain: the release comes SLOW_BUS_S after the
+            # stop (the hold is registered before the first batch registers the release).
+            session_listener(spark).on_stop(str(query.id), "slow-bus",
+                                            lambda: time.sleep(SLOW_BUS_S))
+        try:
+            with contextlib.suppress(StreamingQueryException):  # inspected below
+                query.awaitTermination(150)
+        finally:
+            if query.isActive:
+                query.stop()
+        assert query.exception() is None, f"{run} query: {query.exception()}"
+        if run == "first":
+            assert store.client.exists(store.lease_key) == 1, \
+                "the first query's lease was released before the second started: no race"
+    report = check_exact(kafka_bootstrap, first.out, expected)
+    assert report.ok, report.summary()
+    # the second query's release too, before this test's Redis goes away
+    from dedup.gc import await_stopped_queries
+
+    assert not await_stopped_queries(spark)
