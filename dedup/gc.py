@@ -40,6 +40,7 @@ from pyspark.sql.streaming.listener import (
 )
 
 from dedup.catalog import RedisCatalog
+from dedup.constants import STOP_HANDLING_WAIT_S
 from dedup.exceptions import DedupError
 from dedup.failpoints import fail_point
 from dedup.spark_session import before_stop, classic_listener_handle, session_stopped
@@ -287,9 +288,8 @@ _LISTENERS_LOCK = threading.Lock()
 _EXIT_HOOKED = False
 
 # How long closing a listener waits for the termination events of queries that
-# have stopped: Spark posts them right after the query ends (milliseconds; a lease
-# release is one Redis call), so this bounds only a stuck Redis or listener bus.
-CLOSE_WAIT_S = 15.0
+# have stopped (see STOP_HANDLING_WAIT_S).
+CLOSE_WAIT_S = STOP_HANDLING_WAIT_S
 
 
 def session_listener(spark: Any) -> DecisionGcListener:

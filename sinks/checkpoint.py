@@ -32,6 +32,7 @@ that option is set):
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 from dedup.config import redact_url
@@ -55,6 +56,9 @@ from sinks.exceptions import (
     OutputNameInUseError,
     UnsafeSinkSettingError,
 )
+
+LEASE_RETRY_S = 0.2
+"""Pause between two takes of an output lease that another query holds (take_lease)."""
 
 # (Redis url, output, query id, run id) -> the last batch this process recorded
 _JOINED: dict[tuple[str, str, str, str], int] = {}
@@ -221,18 +225,27 @@ class CheckpointStore:
             _JOINED.clear()
         _JOINED[seen] = batch
 
-    def take_lease(self, query_id: str, lease_seconds: float) -> None:
+    def take_lease(self, query_id: str, lease_seconds: float, patience: float = 0.0) -> None:
         """Take or renew this output's lease for ``query_id`` for ``lease_seconds``.
 
+        While another query holds it, tries again for up to ``patience`` seconds: a
+        query that stopped holds it until the session's listener hears the stop, which
+        Spark tells it asynchronously, and a new query on the output may start first.
         Safe to repeat. Raises :class:`~sinks.exceptions.OutputNameInUseError`
-        (fatal) when another query holds it: a second pipeline on this
+        (fatal) when another query still holds it then: a second pipeline on this
         (app_id, output.name) would overwrite the first one's batch markers.
         """
-        held, owner, left_ms = self._lease(query_id, lease_seconds, "take")
+        deadline = time.monotonic() + patience
+        while True:
+            held, owner, left_ms = self._lease(query_id, lease_seconds, "take")
+            if held or time.monotonic() >= deadline:
+                break
+            time.sleep(min(LEASE_RETRY_S, max(0.0, deadline - time.monotonic())))
         if not held:
             owner = owner.decode() if isinstance(owner, bytes) else str(owner)
+            waited = f" (after waiting {patience:g} s for its release)" if patience else ""
             raise OutputNameInUseError(
-                f"sink output {self.identity!r} is written by streaming query {owner}; "
+                f"sink output {self.identity!r} is written by streaming query {owner}{waited}; "
                 f"its lease lapses in {int(left_ms) / 1000:.0f} s unless it writes again. Two "
                 "queries writing one output would overwrite each other's batch markers: stop "
                 "that query (its lease is released when it terminates), give this one its own "

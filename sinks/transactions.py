@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from dedup.constants import RECORD_ID_HEADER
+from dedup.constants import RECORD_ID_HEADER, STOP_HANDLING_WAIT_S
 from dedup.failpoints import fail_point
 from sinks.acls import KafkaAcl, authorization_error, denied, sink_needs
 from sinks.checkpoint import CheckpointStore
@@ -116,6 +116,10 @@ STALE_PRODUCER_PATIENCE_S = 2.0
 OFFSETS_TIMEOUT_S = 10.0
 """Timeout given to ``send_offsets_to_transaction``; it is also enforced from outside."""
 STUCK_GRACE_S = 5.0
+LEASE_PATIENCE_S = STOP_HANDLING_WAIT_S
+"""How long a partition write waits for an output lease another query holds: a query
+that stopped holds it until the session's listener hears the stop (asynchronously),
+and a new query on the output may write first."""
 _COORDINATOR_CODES = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT,
                       KafkaError._WAIT_COORD, KafkaError.UNSTABLE_OFFSET_COMMIT}
@@ -585,7 +589,7 @@ def _attempt(config: SinkConfig, records: list[OutRecord], query_id: str, batch:
         # init_transactions after it, which fences this producer, so a write
         # checked here cannot commit after a takeover.
         with clock("lease"):
-            store.take_lease(query_id, config.lease_seconds)
+            store.take_lease(query_id, config.lease_seconds, patience=LEASE_PATIENCE_S)
     stage = "marker"
     try:
         with clock("begin"):

@@ -13,6 +13,7 @@ against real Kafka and Redis; the release on a clean stop goes through Spark.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from dedup.constants import RECORD_ID_HEADER
-from sinks import ExactlyOnceKafkaForeachBatch, OutputNameInUseError, SinkConfig
+from sinks import ExactlyOnceKafkaForeachBatch, OutputNameInUseError, SinkConfig, transactions
 from sinks.admin import prepare
 from sinks.checkpoint import CheckpointStore
 from sinks.kafka_io import consume_all, ensure_topic
@@ -35,6 +36,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.redis]
 def _close_cached_clients() -> Iterator[None]:
     yield
     close_clients()
+
+
+@pytest.fixture(autouse=True)
+def _refuse_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process, a write refused by another query's lease fails at once (the
+    tests that wait for a release set their own patience)."""
+    monkeypatch.setattr(transactions, "LEASE_PATIENCE_S", 0.0)
 
 
 def _records(topic: str, tag: str, n: int = 20) -> list[OutRecord]:
@@ -68,6 +76,35 @@ def test_a_second_query_on_one_output_is_refused_while_the_first_holds_it(
     ids = _output_ids(kafka_bootstrap, config.topic)
     assert not [i for i in ids if i.startswith("id-b0")], "the refused query wrote records"
     assert sorted(ids) == sorted(r.record_id.decode() for tag in ("a0", "a1")
+                                 for r in _records(config.topic, tag))
+
+
+def test_a_write_waits_for_the_lease_of_a_query_that_is_being_released(
+        kafka_bootstrap: str, redis_url: str, app_id: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease of a query that stopped is released when the session's listener hears
+    the stop; a new query's write meanwhile waits for it (up to LEASE_PATIENCE_S), and
+    is refused, saying how long it waited, when the other query keeps it."""
+    config = _sink(kafka_bootstrap, redis_url, app_id)
+    assert config.topic is not None
+    write_partition(config, _records(config.topic, "a0"), "query-a", 0, 0)
+    monkeypatch.setattr(transactions, "LEASE_PATIENCE_S", 0.6)
+    started = time.monotonic()
+    with pytest.raises(OutputNameInUseError, match=r"query-a \(after waiting 0.6 s"):
+        write_partition(config, _records(config.topic, "b0"), "query-b", 0, 0)
+    assert time.monotonic() - started >= 0.6
+    monkeypatch.setattr(transactions, "LEASE_PATIENCE_S", 30.0)
+    store = CheckpointStore.for_config(config)
+    release = threading.Timer(1.0, store.release_lease, ("query-a",))
+    release.start()
+    started = time.monotonic()
+    try:
+        write_partition(config, _records(config.topic, "b0"), "query-b", 0, 0)
+    finally:
+        release.join()
+    assert 1.0 <= time.monotonic() - started < 30.0
+    ids = _output_ids(kafka_bootstrap, config.topic)
+    assert sorted(ids) == sorted(r.record_id.decode() for tag in ("a0", "b0")
                                  for r in _records(config.topic, tag))
 
 
