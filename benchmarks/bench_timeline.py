@@ -16,7 +16,10 @@ CPU time. Per micro-batch (one Spark job each in these variants):
   ``foreachBatch``, Spark's commit log, the next trigger's offsets, its offset log, its
   planning, the start of ``foreachBatch``);
 * ``first_stage_cpu_ms`` / ``later_stages_cpu_ms``: the tasks' CPU time (JVM threads of
-  the tasks only: not the Python workers, the broker or Redis).
+  the tasks only: not the Python workers, the broker or Redis, nor the JVM's garbage
+  collection);
+* ``first_stage_gc_ms`` / ``later_stages_gc_ms``: the JVM's garbage-collection time
+  while the stage's tasks ran, summed over its tasks.
 
 Medians over a run's batches, then per variant the median over the rounds with the
 spread (max - min) of each figure. The batch that reads to the end of the input topic
@@ -55,7 +58,7 @@ from benchmarks.common import (
 
 VARIANTS = ("spark_alo", "spark_dedup_hdfs", "python_alo_one_pass", "eos_fused")
 PARTS = ("first_stage_ms", "later_stages_ms", "between_jobs_ms", "job_ms",
-         "first_stage_cpu_ms", "later_stages_cpu_ms")
+         "first_stage_cpu_ms", "later_stages_cpu_ms", "first_stage_gc_ms", "later_stages_gc_ms")
 """The per-batch figures of :func:`job_timeline`, in milliseconds."""
 
 
@@ -86,6 +89,9 @@ def job_timeline(jobs: Sequence[Mapping[str, Any]], stages: Sequence[Mapping[str
 
         def cpu(part: Sequence[Mapping[str, Any]]) -> float:
             return sum(int(s.get("executorCpuTime", 0)) for s in part) / 1e6  # ns -> ms
+
+        def gc(part: Sequence[Mapping[str, Any]]) -> float:
+            return float(sum(int(s.get("jvmGcTime", 0)) for s in part))  # ms
         out.append({
             "job_ms": round(1000 * (end - start), 1),
             "first_stage_ms": round(wall(done[0]), 1) if done else None,
@@ -94,6 +100,8 @@ def job_timeline(jobs: Sequence[Mapping[str, Any]], stages: Sequence[Mapping[str
                                 if previous_end is not None else None),
             "first_stage_cpu_ms": round(cpu(done[:1]), 1),
             "later_stages_cpu_ms": round(cpu(done[1:]), 1),
+            "first_stage_gc_ms": gc(done[:1]),
+            "later_stages_gc_ms": gc(done[1:]),
         })
         previous_end = end
     return out

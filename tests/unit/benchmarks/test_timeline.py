@@ -23,9 +23,9 @@ def job(job_id: int, start: float, end: float, stage_ids: list[int]) -> dict[str
 
 
 def stage(stage_id: int, start: float, end: float, cpu_ms: float,
-          status: str = "COMPLETE") -> dict[str, Any]:
+          status: str = "COMPLETE", gc_ms: int = 0) -> dict[str, Any]:
     return {"stageId": stage_id, "submissionTime": at(start), "completionTime": at(end),
-            "executorCpuTime": int(cpu_ms * 1e6), "status": status}
+            "executorCpuTime": int(cpu_ms * 1e6), "jvmGcTime": gc_ms, "status": status}
 
 
 def test_rest_time_reads_spark_s_format_as_utc() -> None:
@@ -34,15 +34,17 @@ def test_rest_time_reads_spark_s_format_as_utc() -> None:
 
 def test_each_job_splits_into_its_first_stage_later_stages_and_the_gap_before_it() -> None:
     jobs = [job(1, 1000, 1600, [11, 10]), job(2, 1800, 2300, [12, 13, 14])]
-    stages = [stage(10, 1000, 1250, 90), stage(11, 1250, 1600, 40),
+    stages = [stage(10, 1000, 1250, 90, gc_ms=12), stage(11, 1250, 1600, 40),
               stage(12, 1800, 1900, 30), stage(13, 1900, 2300, 50),
               stage(14, 1900, 2300, 99, status="SKIPPED")]
     timeline = job_timeline(jobs, stages, T0, T0 + 10)
     assert timeline == [
         {"job_ms": 600.0, "first_stage_ms": 250.0, "later_stages_ms": 350.0,
-         "between_jobs_ms": None, "first_stage_cpu_ms": 90.0, "later_stages_cpu_ms": 40.0},
+         "between_jobs_ms": None, "first_stage_cpu_ms": 90.0, "later_stages_cpu_ms": 40.0,
+         "first_stage_gc_ms": 12.0, "later_stages_gc_ms": 0.0},
         {"job_ms": 500.0, "first_stage_ms": 100.0, "later_stages_ms": 400.0,
-         "between_jobs_ms": 200.0, "first_stage_cpu_ms": 30.0, "later_stages_cpu_ms": 50.0},
+         "between_jobs_ms": 200.0, "first_stage_cpu_ms": 30.0, "later_stages_cpu_ms": 50.0,
+         "first_stage_gc_ms": 0.0, "later_stages_gc_ms": 0.0},
     ]
     assert set(timeline[0]) == set(PARTS)
 
