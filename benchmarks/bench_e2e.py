@@ -83,10 +83,12 @@ from benchmarks.common import (
     bench_services,
     cpu_per_record,
     empty_redis,
+    output_correct,
     percentile,
     phase_durations,
     progress,
     ratio,
+    refuse_wrong_outputs,
     round_order,
     round_ratio,
     run_metadata,
@@ -406,9 +408,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         spark, variant, bootstrap, services.redis_url, "bench-e2e-input",
                         args.per_trigger, services.workdir, cpu_pids, args.cpu_interval,
                         args.partitions), index, args.records)
-                    expected = args.records if variant in AT_LEAST_ONCE else distinct
-                    run["output_correct"] = (run["records_out"] == expected
-                                             and run["distinct_out"] == distinct)
+                    run["output_correct"] = output_correct(run, variant in AT_LEAST_ONCE,
+                                                           args.records, distinct)
                     runs.append(run)
                     log(f"{variant} (round {index + 1}): {run['seconds']:.1f} s, "
                         f"{run['records_per_s']:.0f} rec/s, out {run['records_out']:,} "
@@ -439,9 +440,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         f"{run.get('p50_ms', 0):.0f} ms, p99 {run.get('p99_ms', 0):.0f} ms")
         finally:
             spark.stop()
-    wrong = [r["variant"] for r in runs + small if not r["output_correct"]]
-    if wrong:
-        raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
+    refuse_wrong_outputs(runs + small)
     summary = summarize(runs, small)
     for run in (*runs, *small, *sweep):
         run.pop("phases", None)  # summarized in phase_ms / small_batch_phase_ms

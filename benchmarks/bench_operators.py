@@ -61,6 +61,7 @@ from benchmarks.common import (
     phase_durations,
     progress,
     ratio,
+    refuse_wrong_outputs,
     round_order,
     round_ratio,
     run_metadata,
@@ -288,9 +289,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     time.sleep(1)
         finally:
             spark.stop()
-    wrong = [r["variant"] for r in runs if r.get("output_correct") is False]
-    if wrong:
-        raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
+    refuse_wrong_outputs(runs)
     summary = summarize(runs)
     if set(VARIANTS) - set(summary["records_per_s"]):
         diag = {"metadata": run_metadata(), "setup": vars(args), "runs": runs, **summary}

@@ -52,6 +52,7 @@ from benchmarks.common import (
     percentile,
     progress,
     ratio,
+    refuse_wrong_outputs,
     run_metadata,
     write_json,
 )
@@ -205,9 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 log(f"{variant} (run {repeat + 1}): cold start {run['cold_start_s']} s, "
                     f"restart {run['restart_s']} s, out {run['records_out']:,} "
                     f"({run['duplicates_out']:,} duplicates)")
-    wrong = [r["variant"] for r in runs if not r["output_correct"]]
-    if wrong:
-        raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
+    refuse_wrong_outputs(runs)
     median = {v: {k: percentile([r[k] for r in runs if r["variant"] == v], 50)
                   for k in ("cold_start_s", "restart_s")} for v in variants}
 

@@ -43,7 +43,10 @@ from benchmarks.bench_sink import INPUT_PARTITIONS
 from benchmarks.common import (
     bench_args,
     bench_services,
+    kafka_rounds_setup,
+    output_correct,
     progress,
+    refuse_wrong_outputs,
     round_order,
     round_ratio,
     run_metadata,
@@ -135,27 +138,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         args.per_trigger, services.workdir, args.partitions, cpu_pids),
                         index, args.records)
                     run.pop("batch_ms", None)
-                    expected = args.records if variant in AT_LEAST_ONCE else distinct
-                    run["output_correct"] = (run["records_out"] == expected
-                                             and run["distinct_out"] == distinct)
+                    run["output_correct"] = output_correct(run, variant in AT_LEAST_ONCE,
+                                                           args.records, distinct)
                     runs.append(run)
                     log(f"{variant} (round {index + 1}): {run['records_per_s']:.0f} rec/s, "
                         f"CPU s {run.get('cpu_s')}")
         finally:
             spark.stop()
-    wrong = [r["variant"] for r in runs if not r["output_correct"]]
-    if wrong:
-        raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
+    refuse_wrong_outputs(runs)
     result = {
         "metadata": run_metadata(),
         "level": "Spark streaming query, local[2], Kafka topic -> Kafka topic",
-        "setup": {"records": args.records, "distinct": distinct, "dup_rate": args.dup_rate,
-                  "per_trigger": args.per_trigger, "value_bytes": args.value_bytes,
-                  "input_partitions": INPUT_PARTITIONS, "shuffle_partitions": args.partitions,
-                  "rounds": args.repeats,
-                  "measured": "wall time start() -> end of availableNow after a warm-up round "
-                              "on the same input; each ratio per round, median and spread "
-                              "(max - min) over the rounds"},
+        "setup": kafka_rounds_setup(
+            args, distinct, INPUT_PARTITIONS,
+            "wall time start() -> end of availableNow after a warm-up round on the same "
+            "input; each ratio per round, median and spread (max - min) over the rounds"),
         "runs": runs,
         **summarize(runs),
     }

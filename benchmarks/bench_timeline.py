@@ -50,7 +50,10 @@ from benchmarks.bench_sink import INPUT_PARTITIONS
 from benchmarks.common import (
     bench_args,
     bench_services,
+    kafka_rounds_setup,
+    output_correct,
     progress,
+    refuse_wrong_outputs,
     round_order,
     run_metadata,
     write_json,
@@ -185,27 +188,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                             since, time.time())
                     run["jobs_timeline"] = timeline
                     run["batch_medians"] = batch_medians(timeline)
-                    expected = args.records if variant in AT_LEAST_ONCE else distinct
-                    run["output_correct"] = (run["records_out"] == expected
-                                             and run["distinct_out"] == distinct)
+                    run["output_correct"] = output_correct(run, variant in AT_LEAST_ONCE,
+                                                           args.records, distinct)
                     runs.append(run)
                     log(f"{variant} (round {index + 1}): {run['records_per_s']:.0f} rec/s, "
                         f"per batch {run['batch_medians']}")
         finally:
             spark.stop()
-    wrong = [r["variant"] for r in runs if not r["output_correct"]]
-    if wrong:
-        raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
+    refuse_wrong_outputs(runs)
     result = {
         "metadata": run_metadata(),
         "level": "Spark streaming query, local[2], Kafka topic -> Kafka topic, Spark's UI on",
-        "setup": {"records": args.records, "distinct": distinct, "dup_rate": args.dup_rate,
-                  "per_trigger": args.per_trigger, "value_bytes": args.value_bytes,
-                  "input_partitions": INPUT_PARTITIONS, "shuffle_partitions": args.partitions,
-                  "rounds": args.repeats,
-                  "measured": "per micro-batch job from Spark's REST API: the first stage, "
-                              "the later stages and the time since the job before; medians "
-                              "over a run's batches, then over the rounds with the spread"},
+        "setup": kafka_rounds_setup(
+            args, distinct, INPUT_PARTITIONS,
+            "per micro-batch job from Spark's REST API: the first stage, the later stages "
+            "and the time since the job before; medians over a run's batches, then over "
+            "the rounds with the spread"),
         "runs": runs,
         "per_variant": summarize(runs),
     }

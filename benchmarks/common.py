@@ -100,6 +100,32 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
+def output_correct(run: Mapping[str, Any], at_least_once: bool, records: int,
+                   distinct: int) -> bool:
+    """Whether a Kafka-to-Kafka run's output read back is what its variant must write:
+    every record (``at_least_once``, the input's copies included) or each of the
+    ``distinct`` IDs once. Pure."""
+    return (run["records_out"] == (records if at_least_once else distinct)
+            and run["distinct_out"] == distinct)
+
+
+def refuse_wrong_outputs(runs: Sequence[Mapping[str, Any]]) -> None:
+    """Stop the benchmark, naming the variants whose run says ``output_correct`` False:
+    figures of a pipeline that wrote the wrong output measure nothing."""
+    wrong = [str(run["variant"]) for run in runs if run.get("output_correct") is False]
+    if wrong:
+        raise SystemExit(f"variants {wrong} produced wrong output: the benchmark is void")
+
+
+def kafka_rounds_setup(args: argparse.Namespace, distinct: int, input_partitions: int,
+                       measured: str) -> dict[str, Any]:
+    """The ``setup`` of a result of Kafka-to-Kafka rounds (``bench_args``'s sizes)."""
+    return {"records": args.records, "distinct": distinct, "dup_rate": args.dup_rate,
+            "per_trigger": args.per_trigger, "value_bytes": args.value_bytes,
+            "input_partitions": input_partitions, "shuffle_partitions": args.partitions,
+            "rounds": args.repeats, "measured": measured}
+
+
 def _mem_gib() -> float:
     try:
         with open("/proc/meminfo") as handle:

@@ -168,6 +168,17 @@ def test_a_refused_write_leaves_no_checkpoint_behind(kafka_bootstrap: str, redis
     assert store.client.exists(store.key("query-b", 0, 0)) == 0
 
 
+def _ends_cleanly(query: Any, run: str) -> None:
+    """Wait for ``query`` (``availableNow``) to end; it must end without an error."""
+    try:
+        with contextlib.suppress(StreamingQueryException):  # inspected below
+            query.awaitTermination(150)
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None, f"{run} query: {query.exception()}"
+
+
 def test_lease_is_an_option_and_zero_turns_it_off() -> None:
     options = {"app.id": "lease-opt", "kafka.bootstrap.servers": "127.0.0.1:1",
                "redis.url": "redis://127.0.0.1:1/0"}
@@ -208,13 +219,7 @@ def test_a_new_query_may_write_the_output_at_once_after_the_old_one_stopped(
                  .writeStream.foreachBatch(sink)
                  .option("checkpointLocation", str(tmp_path / run))
                  .trigger(availableNow=True).start())
-        try:
-            with contextlib.suppress(StreamingQueryException):  # inspected below
-                query.awaitTermination(150)
-        finally:
-            if query.isActive:
-                query.stop()
-        assert query.exception() is None, f"{run} query: {query.exception()}"
+        _ends_cleanly(query, run)
     sink.release()
     report = check_exact(kafka_bootstrap, topics.out, expected)
     assert report.ok, report.summary()
@@ -260,13 +265,7 @@ def test_a_sink_only_query_started_right_after_another_stopped_writes_at_once(
             # stop (the hold is registered before the first batch registers the release).
             session_listener(spark).on_stop(str(query.id), "slow-bus",
                                             lambda: time.sleep(SLOW_BUS_S))
-        try:
-            with contextlib.suppress(StreamingQueryException):  # inspected below
-                query.awaitTermination(150)
-        finally:
-            if query.isActive:
-                query.stop()
-        assert query.exception() is None, f"{run} query: {query.exception()}"
+        _ends_cleanly(query, run)
         if run == "first":
             assert store.client.exists(store.lease_key) == 1, \
                 "the first query's lease was released before the second started: no race"

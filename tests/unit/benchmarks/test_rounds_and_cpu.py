@@ -19,9 +19,11 @@ from benchmarks.common import (
     CpuSampler,
     cpu_per_record,
     median,
+    output_correct,
     per_round_ratios,
     process_table,
     read_stat,
+    refuse_wrong_outputs,
     round_order,
     round_ratio,
     spread,
@@ -43,6 +45,18 @@ def test_round_order_rotates_by_one_per_round_or_stays_fixed() -> None:
     assert round_order((), 3) == []
     with pytest.raises(ValueError):
         round_order(variants, 0, "random")
+
+
+def test_an_output_is_checked_by_its_variant_and_a_wrong_one_voids_the_benchmark() -> None:
+    copies = {"variant": "a", "records_out": 10, "distinct_out": 8}
+    assert output_correct(copies, True, 10, 8)  # at least once: every record, copies too
+    assert not output_correct(copies, False, 10, 8)  # exactly once: each ID once
+    assert output_correct({**copies, "records_out": 8}, False, 10, 8)
+    assert not output_correct({**copies, "records_out": 8, "distinct_out": 7}, False, 10, 8)
+    refuse_wrong_outputs([{"variant": "a", "output_correct": True}, {"variant": "b"}])
+    with pytest.raises(SystemExit, match=r"\['b'\] produced wrong output"):
+        refuse_wrong_outputs([{"variant": "a", "output_correct": True},
+                              {"variant": "b", "output_correct": False}])
 
 
 def test_median_and_spread() -> None:
