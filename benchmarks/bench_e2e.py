@@ -151,13 +151,24 @@ def fill_with_duplicates(bootstrap: str, topic: str, records: int, dup_rate: flo
     return originals
 
 
-def measured_session(name: str, services: Services, partitions: int
-                     ) -> tuple[Any, dict[str, int | None]]:
-    """A ``local[2]`` session with ``partitions`` shuffle partitions and our sinks
-    registered, and the pids whose CPU the rounds sample (JVM, Redis, broker)."""
+def filled_input(bootstrap: str, topic: str, args: Any, log: Any) -> int:
+    """:func:`fill_with_duplicates` with a benchmark's sizes (``args``: ``records``,
+    ``dup_rate``, ``value_bytes``), logged; the number of distinct IDs."""
+    distinct = fill_with_duplicates(bootstrap, topic, args.records, args.dup_rate,
+                                    args.value_bytes, seed=3)
+    log(f"input topic filled: {args.records:,} records, {distinct:,} distinct")
+    return distinct
+
+
+def measured_session(name: str, services: Services, partitions: int,
+                     conf: dict[str, str] | None = None) -> tuple[Any, dict[str, int | None]]:
+    """A ``local[2]`` session with ``partitions`` shuffle partitions (and Spark settings
+    ``conf``) and our sinks registered, and the pids whose CPU the rounds sample (JVM,
+    Redis, broker)."""
     from dedup.local.spark import local_spark_session
 
-    spark = local_spark_session(name, master="local[2]", shuffle_partitions=partitions)
+    spark = local_spark_session(name, master="local[2]", shuffle_partitions=partitions,
+                                conf=conf)
     import sinks
 
     sinks.register(spark)

@@ -34,7 +34,7 @@ from benchmarks.bench_e2e import (
     PER_VARIANT_KEYS,
     SHUFFLE_PARTITIONS,
     _measure,
-    fill_with_duplicates,
+    filled_input,
     finish_run,
     measured_session,
     pipeline_writer,
@@ -111,20 +111,20 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+FULL = {"records": 400_000, "dup_rate": 0.05, "per_trigger": 50_000, "value_bytes": 100,
+        "repeats": 3, "partitions": SHUFFLE_PARTITIONS}
+"""The input and rounds of this diagnosis (those of ``bench_e2e``), and its ``--quick`` sizes."""
+QUICK = {"records": 40_000, "per_trigger": 20_000, "repeats": 1}
+HELPS = {"repeats": "rounds (each variant once per round, rotated); default 3"}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = bench_args(
-        __doc__, argv,
-        full={"records": 400_000, "dup_rate": 0.05, "per_trigger": 50_000, "value_bytes": 100,
-              "repeats": 3, "partitions": SHUFFLE_PARTITIONS},
-        quick={"records": 40_000, "per_trigger": 20_000, "repeats": 1},
-        helps={"repeats": "rounds (each variant once per round, rotated); default 3"})
+    args = bench_args(__doc__, argv, full=FULL, quick=QUICK, helps=HELPS)
     log = progress("shape")
     runs: list[dict[str, Any]] = []
     with bench_services("shape", kafka=True) as services:
         bootstrap = services.bootstrap
-        distinct = fill_with_duplicates(bootstrap, "bench-shape-input", args.records,
-                                        args.dup_rate, args.value_bytes, seed=3)
-        log(f"input topic filled: {args.records:,} records, {distinct:,} distinct")
+        distinct = filled_input(bootstrap, "bench-shape-input", args, log)
         spark, cpu_pids = measured_session("bench-shape", services, args.partitions)
         try:
             for variant in VARIANTS:

@@ -40,12 +40,12 @@ from typing import Any
 
 from benchmarks.bench_e2e import (
     AT_LEAST_ONCE,
-    SHUFFLE_PARTITIONS,
-    fill_with_duplicates,
+    filled_input,
     finish_run,
+    measured_session,
     run_variant,
-    spark_jvm_pid,
 )
+from benchmarks.bench_shape import FULL, HELPS, QUICK
 from benchmarks.bench_sink import INPUT_PARTITIONS
 from benchmarks.common import (
     bench_args,
@@ -143,32 +143,18 @@ def _rest(base: str, path: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = bench_args(
-        __doc__, argv,
-        full={"records": 400_000, "dup_rate": 0.05, "per_trigger": 50_000, "value_bytes": 100,
-              "repeats": 3, "partitions": SHUFFLE_PARTITIONS},
-        quick={"records": 40_000, "per_trigger": 20_000, "repeats": 1},
-        helps={"repeats": "rounds (each variant once per round, rotated); default 3"})
+    args = bench_args(__doc__, argv, full=FULL, quick=QUICK, helps=HELPS)
     log = progress("timeline")
     runs: list[dict[str, Any]] = []
     from dedup.local.services import free_port
-    from dedup.local.spark import local_spark_session
 
     with bench_services("timeline", kafka=True) as services:
         bootstrap = services.bootstrap
-        distinct = fill_with_duplicates(bootstrap, "bench-timeline-input", args.records,
-                                        args.dup_rate, args.value_bytes, seed=3)
-        log(f"input topic filled: {args.records:,} records, {distinct:,} distinct")
+        distinct = filled_input(bootstrap, "bench-timeline-input", args, log)
         port = free_port()
-        spark = local_spark_session("bench-timeline", master="local[2]",
-                                    shuffle_partitions=args.partitions,
-                                    conf={"spark.ui.enabled": "true",
-                                          "spark.ui.port": str(port)})
-        import sinks
-
-        sinks.register(spark)
-        cpu_pids = {"jvm": spark_jvm_pid(spark), "redis": services.redis.pid,
-                    "broker": services.broker.pid if services.broker is not None else None}
+        spark, cpu_pids = measured_session("bench-timeline", services, args.partitions,
+                                           {"spark.ui.enabled": "true",
+                                            "spark.ui.port": str(port)})
         base = (f"http://127.0.0.1:{port}/api/v1/applications/"
                 f"{spark.sparkContext.applicationId}")
         try:
