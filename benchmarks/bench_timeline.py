@@ -35,7 +35,6 @@ import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from statistics import median
 from typing import Any
 
 from benchmarks.bench_e2e import (
@@ -51,13 +50,16 @@ from benchmarks.common import (
     bench_args,
     bench_services,
     kafka_rounds_setup,
+    median,
     output_correct,
     progress,
     refuse_wrong_outputs,
     round_order,
     run_metadata,
+    spread,
     write_json,
 )
+from dedup.local.services import free_port
 
 VARIANTS = ("spark_alo", "spark_dedup_hdfs", "python_alo_one_pass", "eos_fused")
 PARTS = ("first_stage_ms", "later_stages_ms", "between_jobs_ms", "job_ms",
@@ -116,7 +118,8 @@ def batch_medians(timeline: Sequence[Mapping[str, float | None]]) -> dict[str, f
     out: dict[str, float | None] = {}
     for part in PARTS:
         values = [v for v in (job.get(part) for job in timeline) if v is not None]
-        out[part] = round(median(values), 1) if values else None
+        middle = median(values)
+        out[part] = round(middle, 1) if middle is not None else None
     return out
 
 
@@ -129,9 +132,10 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         for part in PARTS:
             values = [run["batch_medians"][part] for run in runs if run["variant"] == variant
                       and run["batch_medians"].get(part) is not None]
-            if values:
-                figures[part] = round(median(values), 1)
-                figures[f"{part}_spread"] = round(max(values) - min(values), 1)
+            middle, wide = median(values), spread(values)
+            if middle is not None and wide is not None:
+                figures[part] = round(middle, 1)
+                figures[f"{part}_spread"] = round(wide, 1)
                 figures[f"{part}_rounds"] = values
         out[variant] = figures
     return out
@@ -146,8 +150,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = bench_args(__doc__, argv, full=FULL, quick=QUICK, helps=HELPS)
     log = progress("timeline")
     runs: list[dict[str, Any]] = []
-    from dedup.local.services import free_port
-
     with bench_services("timeline", kafka=True) as services:
         bootstrap = services.bootstrap
         distinct = filled_input(bootstrap, "bench-timeline-input", args, log)
