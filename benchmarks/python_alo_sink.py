@@ -165,10 +165,11 @@ def python_alo_one_pass(df: Any, options: dict[str, str], num_shards: int,
         produced = produce_at_least_once(config, layout, received)
         yield pa.RecordBatch.from_pydict({"produced": [produced]})
 
+    placement = placement_column(shard, num_shards, partitions)  # built once, as one pass does
+
     def each_batch(batch_df: Any, _batch_id: int) -> None:
         if shuffle:
-            batch_df = batch_df.repartition(partitions,
-                                            placement_column(shard, num_shards, partitions))
+            batch_df = batch_df.repartition(partitions, placement)
         batch_df.mapInArrow(write, "produced long").collect()
 
     return df.writeStream.foreachBatch(each_batch)

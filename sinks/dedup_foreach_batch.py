@@ -23,6 +23,8 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from pyspark.sql.types import StringType, StructField, StructType
+
 from dedup.config import DedupConfig, InvalidIdPolicy, parse_bool, redact_url
 from dedup.metrics import DedupMetrics
 from dedup.operator import Deduplicator
@@ -36,7 +38,7 @@ from sinks.foreach_batch import WORKER_MODULES, WRITTEN_SCHEMA, ExactlyOnceKafka
 SHARD, PROBLEM, BATCH_TIME, EVENT_SECONDS = ("_dedup_shard", "_dedup_problem",
                                              "_dedup_batch_time", "_dedup_event_seconds")
 HIDDEN = (SHARD, PROBLEM, BATCH_TIME, EVENT_SECONDS)
-FUSED_SCHEMA = WRITTEN_SCHEMA + ", metrics string"
+FUSED_SCHEMA = StructType([*WRITTEN_SCHEMA.fields, StructField("metrics", StringType())])
 RECENT_BATCHES = 64
 """How many micro-batches' dedup counts :meth:`DedupKafkaForeachBatch.batch_metrics` keeps."""
 
@@ -77,6 +79,7 @@ class DedupKafkaForeachBatch:
         # What each batch needs of the plan (its columns stay on the client).
         self._partitions: int | None = None
         self._step_config: DedupConfig | None = None
+        self._placement: Any = None  # the shuffle's column, built once (Py4J per shard)
         self._held: set[str] = set()
         self.last_metrics: DedupMetrics | None = None
         self._recent: dict[int, DedupMetrics] = {}
@@ -85,7 +88,8 @@ class DedupKafkaForeachBatch:
     def __getstate__(self) -> dict[str, Any]:
         # Spark Connect pickles the function when the query is built (see the class).
         state = dict(self.__dict__)
-        state.update(_held=set(), last_metrics=None, _recent={}, _connect_client=False)
+        state.update(_held=set(), _placement=None, last_metrics=None, _recent={},
+                     _connect_client=False)
         return state
 
     def write_stream(self, df: Any) -> Any:
@@ -108,6 +112,7 @@ class DedupKafkaForeachBatch:
         # let the client's last release RPCs land first (dedup.spark_session.before_stop)
         before_stop(df.sparkSession)
         self._partitions, self._step_config = plan.partitions, plan.step_config
+        self._placement = None
         self._connect_client = is_connect(df)
         # a query of this app id stopped just before holds its lease until the session's
         # listener hears its end: this query's first batch would be refused
@@ -127,7 +132,7 @@ class DedupKafkaForeachBatch:
                                   "decision needs")
         partitions, step_config = self._partitions, self._step_config
         columns = [c for c in df.columns if c not in HIDDEN]
-        layout, _, query_id, batch = self.sink.begin_batch(df.select(*columns), batch_id)
+        layout, _, query_id, batch = self.sink.begin_batch(df, batch_id, columns)
         self._refuse_reused_query_id(query_id, batch)
         sink_config = self.sink.config
         self._hold_lease(df, query_id)
@@ -156,8 +161,10 @@ class DedupKafkaForeachBatch:
             row = written_row(partition, written.produced, {**clock.seconds, **written.phases})
             yield row.append_column("metrics", pa.array([json.dumps(metrics)], pa.string()))
 
-        sharded = df.repartition(partitions, placement_column(
-            sf.col(SHARD), step_config.num_shards, partitions))
+        if self._placement is None:
+            self._placement = placement_column(sf.col(SHARD), step_config.num_shards,
+                                               partitions)
+        sharded = df.repartition(partitions, self._placement)
         written = sharded.mapInArrow(write, FUSED_SCHEMA).collect()
         self.sink.end_batch(written, query_id, batch)
         # Every partition of the batch is committed in Kafka: a re-run of it

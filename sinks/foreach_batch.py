@@ -20,6 +20,8 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
 from dedup.config import RedisConfig
 from dedup.spark_session import (
     batch_identity,
@@ -246,9 +248,12 @@ class ExactlyOnceKafkaForeachBatch:
             written = df.mapInArrow(write, WRITTEN_SCHEMA).collect()
         self.end_batch(written, query_id, batch)
 
-    def begin_batch(self, df: Any, batch_id: int) -> tuple[Any, list[str], str, int]:
+    def begin_batch(self, df: Any, batch_id: int, columns: list[str] | None = None
+                    ) -> tuple[Any, list[str], str, int]:
         """Checks before a micro-batch is written: returns its input layout, columns,
-        query id and batch id. Raises what the call raises before writing."""
+        query id and batch id. ``columns``: the ones written (default: all of ``df``'s;
+        a subset costs no ``select`` on the driver). Raises what the call raises
+        before writing."""
         config = self.config
         spark_query_id, run_id = self.identity(df)
         # before anything is written: a shared output is refused
@@ -261,11 +266,14 @@ class ExactlyOnceKafkaForeachBatch:
                 assert config.redis is not None
                 CheckpointStore.for_config(config).check_persistence()
             self._prepared = True
-        layout = check_schema(df.schema, config)
+        schema = df.schema
+        if columns is not None:
+            schema = StructType([field for field in schema.fields if field.name in columns])
+        layout = check_schema(schema, config)
         query_id = self._query_id(spark_query_id, is_connect(df))
         self._owners.add(query_id)
         self._release_on_stop(df, spark_query_id, query_id)
-        return layout, list(df.columns), query_id, int(batch_id)
+        return layout, [field.name for field in schema.fields], query_id, int(batch_id)
 
     def end_batch(self, written: list[Any], query_id: str, batch: int) -> None:
         """After every partition of ``batch`` was written (rows of :data:`WRITTEN_SCHEMA`):
@@ -281,8 +289,11 @@ class ExactlyOnceKafkaForeachBatch:
 # What the sink's tasks import in Spark's Python workers (checked once per application).
 WORKER_MODULES = ("sinks", "confluent_kafka")
 
-# One row per written partition, collected by the driver.
-WRITTEN_SCHEMA = "partition long, produced long, phases string"
+# One row per written partition, collected by the driver (a StructType: a DDL
+# string would be parsed by the JVM at every micro-batch).
+WRITTEN_SCHEMA = StructType([StructField("partition", LongType()),
+                             StructField("produced", LongType()),
+                             StructField("phases", StringType())])
 
 
 def written_row(partition: int, produced: int, phases: Mapping[str, Any]) -> Any:
