@@ -295,15 +295,6 @@ class SinkConfig:
             # request, against ~15 ms with 10 ms (measured). Reconnects after a
             # failure still back off exponentially up to reconnect.backoff.max.ms.
             "reconnect.backoff.ms": 10,
-            # A sparse client (librdkafka's default) opens its bootstrap connection
-            # only at its connect interval (at least 11 ms) after the first request
-            # needs one: 25 ms p50 for a new producer's metadata, init_transactions
-            # and first transaction against 14 ms when connections open at creation,
-            # and then no coordinator query is lost with the bootstrap connection
-            # (0 in 95 without the metadata warm-up, 37 in 95 with sparse
-            # connections; measured 2026-12-05). Spark moves partitions between
-            # Python workers: a new producer per partition write is common.
-            "enable.sparse.connections": False,
             **dict(self.producer_config),
             "bootstrap.servers": self.bootstrap_servers,
             "transactional.id": self.transactional_id(partition),
