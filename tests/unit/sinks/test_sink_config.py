@@ -51,11 +51,6 @@ def test_options_parse_like_spark_kafka_sink() -> None:
     assert settings["reconnect.backoff.ms"] == 10
     assert config(**{"kafka.reconnect.backoff.ms": "50"}).producer_settings(0)[
         "reconnect.backoff.ms"] == "50"
-    # Connections opened at creation: a sparse client waits ~12 ms (its connect
-    # interval) before the bootstrap connection that its first request needs.
-    assert settings["enable.sparse.connections"] is False
-    assert config(**{"kafka.enable.sparse.connections": "true"}).producer_settings(0)[
-        "enable.sparse.connections"] == "true"
 
 
 def test_secrets_never_in_repr() -> None:
