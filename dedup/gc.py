@@ -127,12 +127,6 @@ class DecisionGcListener(StreamingQueryListener):
         with self._lock:
             self._started.add(str(event.id))
 
-    def unfinished(self, active: set[str]) -> set[str]:
-        """Queries this listener heard start (or acts for) that are not in ``active``
-        and whose termination it has not handled yet (its events are on their way)."""
-        with self._lock:
-            return self._started - self._ended - active
-
     def wait_for_terminations(self, active: set[str], timeout: float) -> set[str]:
         """Wait up to ``timeout`` seconds until every query it heard start that is not
         in ``active`` has had its termination handled; return those still waited for."""
