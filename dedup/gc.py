@@ -281,10 +281,6 @@ _LISTENERS: weakref.WeakKeyDictionary[Any, DecisionGcListener] = weakref.WeakKey
 _LISTENERS_LOCK = threading.Lock()
 _EXIT_HOOKED = False
 
-# How long closing a listener waits for the termination events of queries that
-# have stopped (see STOP_HANDLING_WAIT_S).
-CLOSE_WAIT_S = STOP_HANDLING_WAIT_S
-
 
 def session_listener(spark: Any) -> DecisionGcListener:
     """The one :class:`DecisionGcListener` of ``spark``, added on first use. Safe to repeat.
@@ -316,7 +312,7 @@ def _wait_for_stopped(listener: DecisionGcListener, spark: Any, timeout: float) 
                                           timeout)
 
 
-def await_stopped_queries(spark: Any, timeout: float = CLOSE_WAIT_S) -> set[str]:
+def await_stopped_queries(spark: Any, timeout: float = STOP_HANDLING_WAIT_S) -> set[str]:
     """Wait (up to ``timeout`` seconds) until the toolkit's listener of ``spark`` has
     handled the end of every query of the session that stopped; return those it still
     waits for. Safe to repeat; returns at once when none is pending or no listener runs.
@@ -337,7 +333,7 @@ def await_stopped_queries(spark: Any, timeout: float = CLOSE_WAIT_S) -> set[str]
     return left
 
 
-def close_session_listener(spark: Any, timeout: float = CLOSE_WAIT_S) -> None:
+def close_session_listener(spark: Any, timeout: float = STOP_HANDLING_WAIT_S) -> None:
     """Close the toolkit's listener of ``spark``: wait (up to ``timeout`` seconds) until
     every stopped query's termination is handled (leases released, decisions
     collected), then remove the listener from the session. A query still running
