@@ -280,11 +280,12 @@ class RecordFuzz:
 
     def arrow_input(self, case: Case, number: int) -> list[Any]:
         """The partition as the one-pass task receives it: the sink's columns and the
-        hidden ones the plan adds (shard, ID problem, batch time, event seconds)."""
+        hidden ones the plan adds (shard, batch time, event seconds); the task finds
+        the ID problems itself."""
         import pyarrow as pa
 
         from sinks.dedup_foreach_batch import BATCH_TIME as BATCH_TIME_COLUMN
-        from sinks.dedup_foreach_batch import EVENT_SECONDS, PROBLEM, SHARD
+        from sinks.dedup_foreach_batch import EVENT_SECONDS, SHARD
 
         if not case.rows:
             return []
@@ -300,7 +301,6 @@ class RecordFuzz:
             DEFAULT_ID_COLUMN: _id_array(case),
             SHARD: pa.array([zlib.crc32(_bytes(i) or b"") % NUM_SHARDS for i in ids],
                             pa.int32()),
-            PROBLEM: pa.array([problem_code(i) for i in ids], pa.int8()),
             BATCH_TIME_COLUMN: pa.array([BATCH_TIME] * len(ids), pa.float64())}
         if case.event_times:
             data[EVENT_SECONDS] = pa.array(
@@ -310,7 +310,7 @@ class RecordFuzz:
     def run(self, case: Case) -> list[str]:
         """Run one case; the problems of how it ended (its output is checked by
         :meth:`check`)."""
-        from dedup.partition_step import id_problem_codes
+        from dedup.partition_step import arrow_problem_codes, id_problem_codes
         from sinks.dedup_foreach_batch import keep_rows
         from sinks.writer import write_batches
 
@@ -322,6 +322,13 @@ class RecordFuzz:
         problems += found
         if codes is not None and list(codes) != [problem_code(r[0]) for r in case.rows]:
             problems.append(f"phantom: id_problem_codes {list(codes)} for {case.rows!r:.200}")
+        # ... and so does the one-pass task's, from the Arrow IDs (text that is not
+        # UTF-8 is refused before the codes count)
+        if not case.not_utf8:
+            arrow_codes = list(arrow_problem_codes(_id_array(case)))
+            if arrow_codes != [problem_code(r[0]) for r in case.rows]:
+                problems.append(f"phantom: arrow_problem_codes {arrow_codes} for "
+                                f"{case.rows!r:.200}")
         sink = self.sinks[case.policy]
         columns = ["key", "value", "headers", DEFAULT_ID_COLUMN]
         key = (case.policy, case.binary_ids, case.binary_payload)

@@ -34,10 +34,11 @@ from sinks.exceptions import QueryIdReusedError, SinkConfigError
 from sinks.foreach_batch import WORKER_MODULES, WRITTEN_SCHEMA, ExactlyOnceKafkaForeachBatch
 
 # Hidden columns computed in the streaming plan (so the batch timestamp is the
-# one Spark keeps in its offset log) and dropped before the write.
-SHARD, PROBLEM, BATCH_TIME, EVENT_SECONDS = ("_dedup_shard", "_dedup_problem",
-                                             "_dedup_batch_time", "_dedup_event_seconds")
-HIDDEN = (SHARD, PROBLEM, BATCH_TIME, EVENT_SECONDS)
+# one Spark keeps in its offset log) and dropped before the write. The ID problem
+# codes are not one of them: the task computes them from the IDs it receives
+# (dedup.partition_step.arrow_problem_codes), which spares the JVM a column.
+SHARD, BATCH_TIME, EVENT_SECONDS = ("_dedup_shard", "_dedup_batch_time", "_dedup_event_seconds")
+HIDDEN = (SHARD, BATCH_TIME, EVENT_SECONDS)
 FUSED_SCHEMA = StructType([*WRITTEN_SCHEMA.fields, StructField("metrics", StringType())])
 RECENT_BATCHES = 64
 """How many micro-batches' dedup counts :meth:`DedupKafkaForeachBatch.batch_metrics` keeps."""
@@ -103,8 +104,8 @@ class DedupKafkaForeachBatch:
             raise SinkConfigError(f"columns {taken} are reserved by deduplicate_to_kafka; "
                                   "rename them")
         plan = self.dedup.plan(df)
-        _, shard, problem, batch_time, *event = plan.inputs
-        hidden = [shard.alias(SHARD), problem.alias(PROBLEM), batch_time.alias(BATCH_TIME)]
+        _, shard, _problem, batch_time, *event = plan.inputs
+        hidden = [shard.alias(SHARD), batch_time.alias(BATCH_TIME)]
         if event:
             hidden.append(event[0].alias(EVENT_SECONDS))
         check_worker_imports(df.sparkSession, WORKER_MODULES)
@@ -284,16 +285,17 @@ def keep_rows(config: DedupConfig, received: list[Any], columns: list[str], quer
     import pyarrow as pa
 
     from dedup.metrics import INVALID_ID, KEPT, STATUS, partition_metrics
-    from dedup.partition_step import batch_clock, decide_partition, id_values
+    from dedup.partition_step import arrow_problem_codes, batch_clock, decide_partition, id_values
 
     if not received:
         return [], {}
     table = pa.Table.from_batches(received)
     now = batch_clock(config, float(table.column(BATCH_TIME)[0].as_py()), str(batch), partition)
+    ids = table.column(config.id_column)
+    values = id_values(ids, config, f"batch {batch}")  # refuses text that is not UTF-8 first
     result = decide_partition(
-        config, id_values(table.column(config.id_column), config, f"batch {batch}"),
-        table.column(SHARD).to_numpy(), query_id, str(batch), query_id, partition,
-        now=now, problems=table.column(PROBLEM).to_numpy(),
+        config, values, table.column(SHARD).to_numpy(), query_id, str(batch), query_id,
+        partition, now=now, problems=arrow_problem_codes(ids),
         event_seconds=(table.column(EVENT_SECONDS).to_numpy(zero_copy_only=False)
                        if EVENT_SECONDS in table.column_names else None),
         strict=True)  # every batch of one pass records its commit (commit_progress)

@@ -50,6 +50,7 @@ from tests.model.protocol import State, Task
 
 _local = threading.local()
 STEP_TIMEOUT_S = 60.0
+OPERATOR_PROBLEM = "_dedup_problem"  # the two-step operator's ID problem codes (its plan's)
 """How long one step may take in the real code before the replay gives up."""
 
 
@@ -406,7 +407,7 @@ class Setup:
         hidden columns the plan adds; the shard is the model's)."""
         import pyarrow as pa
 
-        from sinks.dedup_foreach_batch import BATCH_TIME, PROBLEM, SHARD
+        from sinks.dedup_foreach_batch import BATCH_TIME, SHARD
 
         if not rows:
             return []
@@ -415,7 +416,8 @@ class Setup:
             "_record_id": pa.array([self.real_id(i) for i, _ in rows], pa.string())}
         if self.form != "sink_only":
             data[SHARD] = pa.array([shard_of(i) for i, _ in rows], pa.int32())
-            data[PROBLEM] = pa.array([0] * len(rows), pa.int8())
+            if self.form == "two_step":  # the operator's plan carries the ID problem codes
+                data[OPERATOR_PROBLEM] = pa.array([0] * len(rows), pa.int8())
             data[BATCH_TIME] = pa.array([self.batch_time + batch] * len(rows), pa.float64())
         return [pa.RecordBatch.from_pydict(data)]
 
@@ -438,13 +440,13 @@ class Setup:
             import pyarrow as pa
 
             from dedup.metrics import KEPT, STATUS
-            from sinks.dedup_foreach_batch import BATCH_TIME, PROBLEM, SHARD
+            from sinks.dedup_foreach_batch import BATCH_TIME, SHARD
 
             if received:
                 table = pa.Table.from_batches(received)
                 inputs = (table.column("_record_id").combine_chunks(),
                           table.column(SHARD).combine_chunks(),
-                          table.column(PROBLEM).combine_chunks(),
+                          table.column(OPERATOR_PROBLEM).combine_chunks(),
                           table.column(BATCH_TIME).combine_chunks())
                 status = [row[STATUS] for out in self.step.arrow(iter([inputs]))
                           for row in out.to_pylist()]
