@@ -30,7 +30,12 @@ from dedup.metrics import (
     DedupMetrics,
     observed_columns,
 )
-from dedup.partition_step import PartitionStep, id_problem_column, partition_udf
+from dedup.partition_step import (
+    PartitionStep,
+    batch_time_column,
+    id_problem_column,
+    partition_udf,
+)
 from dedup.placement import PLACEMENT_SCHEME, placement_column, shard_column
 
 if TYPE_CHECKING:
@@ -192,7 +197,7 @@ class Deduplicator:
         # The batch's own timestamp (Spark keeps it in the offset log, so every
         # attempt and every executor of a batch sees the same one) decides late
         # records and time buckets: a retry decides what the first attempt did.
-        batch_time = sf.current_timestamp().cast("double")
+        batch_time = batch_time_column()
         inputs = [record_id, shard, id_problem_column(record_id), batch_time]
         if event_time is not None:
             inputs.append(sf.col(event_time).cast("double"))

@@ -71,6 +71,14 @@ def id_problem_column(id_column: Any) -> Any:
             .otherwise(ID_OK).cast("byte"))
 
 
+def batch_time_column() -> Any:
+    """Spark column: the micro-batch's time in epoch seconds (a double), the one Spark
+    keeps in its offset log, so every attempt and executor of a batch reads the same."""
+    from pyspark.sql import functions as sf
+
+    return sf.current_timestamp().cast("double")
+
+
 def id_problem_codes(ids: Sequence[Any] | np.ndarray) -> np.ndarray:
     """The same codes computed in Python (for callers without the JVM column)."""
     def code(key: Any) -> int:
