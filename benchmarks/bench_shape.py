@@ -12,9 +12,9 @@ unmeasured warm-up round:
 * ``shape_no_shuffle``: the same without the shuffle (each task reads its input
   partition): what item 4 of issue 37 (skip the shuffle when the input is already
   partitioned by ID) could buy at most;
-* ``shape_hidden``: the shape with the one-pass writer's hidden columns (shard, ID
-  problem code, batch time) computed in the streaming plan and carried through the
-  shuffle and the Arrow hand-over, as the one pass carries them;
+* ``shape_hidden``: the shape with the one-pass writer's hidden columns (shard, batch
+  time; an ID problem code too before 2026-12-05) computed in the streaming plan and
+  carried through the shuffle and the Arrow hand-over, as the one pass carries them;
 * ``eos_fused``: :func:`sinks.deduplicate_to_kafka`, dedup and the exactly-once write.
 
 Every ratio is per round against ``shape`` (and ``shape`` against ``spark_alo``),

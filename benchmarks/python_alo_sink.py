@@ -134,14 +134,14 @@ def python_alo_one_pass(df: Any, options: dict[str, str], num_shards: int,
 
     For :mod:`benchmarks.bench_shape`, which takes the shape apart:
     ``shuffle=False`` leaves the input's own partitions (no shuffle);
-    ``hidden=True`` adds the one-pass writer's hidden columns (shard, ID
-    problem code, batch time) in the streaming plan, carries them through the
+    ``hidden=True`` adds the one-pass writer's hidden columns (shard, batch
+    time) in the streaming plan, carries them through the
     shuffle and the Arrow hand-over and drops them in the worker, as
     :class:`sinks.DedupKafkaForeachBatch` does.
     """
     from pyspark.sql import functions as sf
 
-    from dedup.partition_step import id_problem_column
+    from dedup.partition_step import batch_time_column
     from dedup.placement import placement_column, shard_column
 
     config = SinkConfig.from_options({**options, "strong.productions": "false"})
@@ -150,8 +150,7 @@ def python_alo_one_pass(df: Any, options: dict[str, str], num_shards: int,
     shard = shard_column(sf.col("_record_id"), num_shards)
     if hidden:
         df = df.select("*", shard.alias("_shape_shard"),
-                       id_problem_column(sf.col("_record_id")).alias("_shape_problem"),
-                       sf.current_timestamp().cast("double").alias("_shape_batch_time"))
+                       batch_time_column().alias("_shape_batch_time"))
         shard = sf.col("_shape_shard")
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
