@@ -50,8 +50,8 @@ from tests.model.protocol import State, Task
 
 _local = threading.local()
 STEP_TIMEOUT_S = 60.0
-OPERATOR_PROBLEM = "_dedup_problem"  # the two-step operator's ID problem codes (its plan's)
 """How long one step may take in the real code before the replay gives up."""
+OPERATOR_PROBLEM = "_dedup_problem"  # the two-step operator's ID problem codes (its plan's)
 
 
 def _worker() -> str:
