@@ -275,6 +275,8 @@ def _toolkit_not_from_the_checkout(result: dict[str, Any], cluster: SparkStandal
         into_checkout = [p for p in seen["path"]
                          if p.startswith(str(ROOT)) and not p.startswith(spark_home)]
         assert not into_checkout, into_checkout
+    folders = {seen["cwd"] for seen in result["executors"]}
+    assert len(folders) >= 2, f"tasks ran on one executor only: {folders}"
     assert len({seen["pid"] for seen in result["executors"]}) >= 2, \
         "tasks ran in one Python worker only"
 
