@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from dedup.config import validate_app_id
 from sinks.acls import authorization_error, denied, required_acls, sink_needs
 from sinks.config import SinkConfig, sink_identity
 from sinks.exceptions import KafkaUnavailableError, SinkConfigError, UnsafeSinkSettingError
-from sinks.kafka_io import ensure_topic
+from sinks.kafka_io import admin_client, ensure_topic
 
 TIMEOUT_S = 30.0
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def broker_configs(client_config: dict[str, Any], names: tuple[str, ...]) -> dic
     (naming the ACL) when the principal may not describe the cluster's configs,
     :class:`~sinks.exceptions.KafkaUnavailableError` when Kafka cannot be reached.
     """
-    admin = AdminClient(client_config)
+    admin = admin_client(client_config)
     try:
         brokers = sorted(admin.list_topics(timeout=TIMEOUT_S).brokers)
         if not brokers:
@@ -147,7 +147,7 @@ def existing_topics(config: SinkConfig) -> set[str]:
     """The names of the topics on the cluster (one metadata round trip, no topic is
     created by it)."""
     try:
-        metadata = AdminClient(config.client_config()).list_topics(timeout=TIMEOUT_S)
+        metadata = admin_client(config.client_config()).list_topics(timeout=TIMEOUT_S)
     except KafkaException as exc:
         raise KafkaUnavailableError(
             f"could not list the topics of {config.bootstrap_servers}: {exc}; check "
@@ -169,7 +169,7 @@ def refuse_hidden_topics(config: SinkConfig, topics: list[str]) -> None:
         return
     from confluent_kafka import TopicCollection
 
-    admin = AdminClient(config.client_config())
+    admin = admin_client(config.client_config())
     try:
         futures = admin.describe_topics(TopicCollection(topics), request_timeout=TIMEOUT_S)
         outcomes = []
@@ -251,7 +251,7 @@ def list_transactions(bootstrap: str, app_id: str, probe_partitions: int = 0,
     identity = sink_identity(app_id, output_name)
     prefix = f"{identity}.sink.p"
     cfg = _client_config(bootstrap, client_config)
-    admin = AdminClient(cfg)
+    admin = admin_client(cfg)
     try:
         groups = admin.list_consumer_groups(request_timeout=TIMEOUT_S).result(TIMEOUT_S)
     except KafkaException as exc:

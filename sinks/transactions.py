@@ -64,31 +64,12 @@ from sinks.exceptions import (
     QueryIdReusedError,
     TransactionFailedError,
 )
+from sinks.kafka_io import CLIENT_LOG, admin_client
 from sinks.records import OutRecord, SizeLimit, TopicLimits
 from sinks.timing import PhaseClock
 
 log = logging.getLogger(__name__)
 
-
-class _FenceIsRoutine(logging.Filter):
-    """Demote librdkafka's report of a fenced producer to DEBUG.
-
-    Spark moves sink partitions between Python workers, and each worker's
-    cached producer of a partition is fenced by the next worker's
-    ``init_transactions()``: normal operation, which librdkafka reports as a
-    FATAL transaction error. The sink replaces the producer and says so in
-    its own error if the fence was not routine.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "fenced by a newer instance" in record.getMessage():
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
-
-
-CLIENT_LOG = logging.getLogger("sinks.librdkafka")
-"""Where the sink's producers log (librdkafka's own lines, by default on stderr)."""
-CLIENT_LOG.addFilter(_FenceIsRoutine())
 
 # Bound of the three: one entry per transactional id (output and partition) this process
 # writes, never per batch; a fenced or failed producer is dropped (drop_producer), and
@@ -265,11 +246,8 @@ def cluster_id(config: SinkConfig) -> str:
     :class:`TransactionFailedError` when the cluster cannot be reached."""
     known = _CLUSTER_IDS.get(config.bootstrap_servers)
     if known is None:
-        from confluent_kafka.admin import AdminClient
-
-        settings: dict[str, Any] = {**config.client_config(), "logger": CLIENT_LOG}
         try:
-            metadata = AdminClient(settings).list_topics(config.marker_topic,
+            metadata = admin_client(config.client_config()).list_topics(config.marker_topic,
                                                          timeout=CALL_TIMEOUT_S)
         except KafkaException as exc:
             raise _classify(exc, "reading the id of the Kafka cluster", config) from exc
@@ -290,11 +268,10 @@ def topic_max_message_bytes(config: SinkConfig, topic: str, fresh: bool = False)
     key = (config.bootstrap_servers, topic)
     if not fresh and key in _TOPIC_LIMITS:
         return _TOPIC_LIMITS[key]
-    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    from confluent_kafka.admin import ConfigResource, ResourceType
 
     limit: int | None = None
-    settings: dict[str, Any] = {**config.client_config(), "logger": CLIENT_LOG}
-    admin = AdminClient(settings)
+    admin = admin_client(config.client_config())
     try:
         [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
         entry = future.result(CALL_TIMEOUT_S).get("max.message.bytes")
