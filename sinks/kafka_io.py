@@ -1,5 +1,5 @@
-"""Small Kafka helpers: topics and a bounded read of a topic (the sink, the verifier,
-the CLI and the tests)."""
+"""Small Kafka helpers: the sink's admin clients and the logger of its clients, topics,
+and a bounded read of a topic (the sink, the verifier, the CLI and the tests)."""
 
 from __future__ import annotations
 

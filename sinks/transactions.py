@@ -247,8 +247,8 @@ def cluster_id(config: SinkConfig) -> str:
     known = _CLUSTER_IDS.get(config.bootstrap_servers)
     if known is None:
         try:
-            metadata = admin_client(config.client_config()).list_topics(config.marker_topic,
-                                                         timeout=CALL_TIMEOUT_S)
+            metadata = admin_client(config.client_config()).list_topics(
+                config.marker_topic, timeout=CALL_TIMEOUT_S)
         except KafkaException as exc:
             raise _classify(exc, "reading the id of the Kafka cluster", config) from exc
         known = _CLUSTER_IDS[config.bootstrap_servers] = str(metadata.cluster_id or "")
