@@ -39,7 +39,8 @@ CLIENT_LOG.addFilter(_FenceIsRoutine())
 
 
 def admin_client(settings: Mapping[str, Any]) -> AdminClient:
-    """An ``AdminClient`` of ``settings`` that logs to :data:`CLIENT_LOG`.
+    """An ``AdminClient`` of ``settings`` that logs to :data:`CLIENT_LOG`, unless
+    ``settings`` name a ``logger`` of their own (the CLI's silent clients do).
 
     Without a logger, an admin client destroyed right after its call sometimes
     still has an event in librdkafka's background queue and reports it on stderr
@@ -47,7 +48,7 @@ def admin_client(settings: Mapping[str, Any]) -> AdminClient:
     sink's start checks then printed at random
     (``tests/integration/sinks/test_sink_admin_logs.py``).
     """
-    config: dict[str, Any] = {**settings, "logger": CLIENT_LOG}
+    config: dict[str, Any] = {"logger": CLIENT_LOG, **settings}
     return AdminClient(config)
 
 
