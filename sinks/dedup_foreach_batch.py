@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 from pyspark.sql.types import StringType, StructField, StructType
@@ -145,6 +146,7 @@ class DedupKafkaForeachBatch:
             from dedup.worker_imports import settle_worker
             from sinks.foreach_batch import written_row
             from sinks.timing import PhaseClock
+            from sinks.transactions import producer_ahead
             from sinks.writer import write_batches
 
             settle_worker()
@@ -154,11 +156,15 @@ class DedupKafkaForeachBatch:
             clock = PhaseClock()
             with clock("receive"):
                 received = [b for b in batches if b.num_rows]
-            with clock("dedup"):
-                kept, metrics = keep_rows(step_config, received, columns, query_id, batch,
-                                          partition)
-            written = write_batches(sink_config, layout, columns, kept, query_id, batch,
-                                    partition, context.attemptNumber())
+            # the partition's new producer (if this worker needs one) is made while it
+            # decides: Spark moves partitions between workers at about every batch
+            with (producer_ahead(sink_config, partition, query_id, batch) if received
+                  else nullcontext()):
+                with clock("dedup"):
+                    kept, metrics = keep_rows(step_config, received, columns, query_id, batch,
+                                              partition)
+                written = write_batches(sink_config, layout, columns, kept, query_id, batch,
+                                        partition, context.attemptNumber())
             row = written_row(partition, written.produced, {**clock.seconds, **written.phases})
             yield row.append_column("metrics", pa.array([json.dumps(metrics)], pa.string()))
 

@@ -13,7 +13,8 @@ so the records and the marker become visible together or not at all.
 Attempt of a partition::
 
     producer (cached, or new: init_transactions fences older producers and
-              aborts or completes their open transaction)
+              aborts or completes their open transaction; one pass makes a new
+              one ahead, in a thread while the task decides: producer_ahead)
     read marker (read_committed: waits for pending transactional offsets)
     marker says this batch is in -> skip
     begin; send marker; produce records (+ record ID header); commit
@@ -43,7 +44,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -181,28 +182,122 @@ def drop_producer(transactional_id: str) -> None:
             unhandled(functools.partial(producer.flush, 0))
 
 
-def get_producer(config: SinkConfig, partition: int) -> tuple[Producer, bool]:
-    """This process's initialised transactional producer of ``partition``, and whether it
-    was created (and ``init_transactions()`` called) just now."""
+class _Ahead:
+    """A producer being made in a thread (:func:`producer_ahead`): the producer, or what
+    making it raised, once ``thread`` has ended."""
+
+    def __init__(self) -> None:
+        self.producer: Producer | None = None
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+
+_AHEAD: dict[str, _Ahead] = {}  # at most one per transactional id, only within producer_ahead
+
+
+def _new_producer(config: SinkConfig, partition: int) -> Producer:
     txn_id = config.transactional_id(partition)
-    producer = _PRODUCERS.get(txn_id)
-    if producer is not None:
-        return producer, False
-    settings = config.producer_settings(partition)
-    producer = Producer({**settings, "logger": CLIENT_LOG})
+    producer = Producer({**config.producer_settings(partition), "logger": CLIENT_LOG})
     try:
         # Two metadata round trips first: librdkafka sends its first coordinator
         # query on the bootstrap connection, which it drops once metadata names
         # the real brokers; a query lost that way waits out a fixed 500 ms timer.
         # Measured on one broker: 1 start in 3 without the warm-up, about 1 in 10
-        # with one round trip, 0 in 100 with two (the second costs ~1 ms).
+        # with one round trip, 0 in 100 with two (the second costs ~1 ms). They stay
+        # right before init_transactions: made earlier, the bootstrap connections
+        # are gone when it runs, and its query waits out the timer (519 ms p50 on
+        # three brokers).
         for _ in range(2):
             producer.list_topics(config.marker_topic, timeout=CALL_TIMEOUT_S)
         producer.init_transactions(CALL_TIMEOUT_S)
     except KafkaException as exc:
         raise _classify(exc, f"init_transactions of {txn_id}", config) from exc
+    return producer
+
+
+def get_producer(config: SinkConfig, partition: int) -> tuple[Producer, bool]:
+    """This process's initialised transactional producer of ``partition``, and whether it
+    was created (and ``init_transactions()`` called) in this task just now.
+
+    Waits for the producer :func:`producer_ahead` is making, which replaces a cached
+    one, and raises what making it raised; makes one if there is none.
+    """
+    txn_id = config.transactional_id(partition)
+    ahead = _AHEAD.pop(txn_id, None)
+    if ahead is not None:
+        assert ahead.thread is not None
+        ahead.thread.join()
+        if ahead.error is not None:
+            raise ahead.error
+        assert ahead.producer is not None
+        _adopt(txn_id, ahead.producer)
+        return ahead.producer, True
+    producer = _PRODUCERS.get(txn_id)
+    if producer is not None:
+        return producer, False
+    producer = _new_producer(config, partition)
     _PRODUCERS[txn_id] = producer
     return producer, True
+
+
+def _adopt(txn_id: str, producer: Producer) -> None:
+    """Make ``producer`` (just initialised) the process's producer of ``txn_id``; the one
+    it replaces is fenced by its ``init_transactions`` and has no open transaction (a
+    task that leaves one drops its producer)."""
+    if txn_id in _PRODUCERS:
+        drop_producer(txn_id)
+    _PRODUCERS[txn_id] = producer
+
+
+@contextlib.contextmanager
+def producer_ahead(config: SinkConfig, partition: int, query_id: str,
+                   batch: int) -> Iterator[None]:
+    """Make ``partition``'s new producer in a thread while the block runs, if this process
+    needs one for ``batch``: the block's :func:`get_producer` then waits only for what
+    is left of it.
+
+    Spark moves a partition between Python workers at about every batch, and a new
+    producer costs two metadata round trips and ``init_transactions`` (about 15 ms).
+    This process needs one when it has none, and when its producer's batch marker is
+    not at ``batch`` (it did not commit the previous batch of this partition for
+    ``query_id``: another worker did, which fenced it, or the batches between had no
+    rows, and the new one costs a round trip in the thread). Made ahead, it overlaps
+    the work before the write (the one-pass decision, the rows' checkpoint). The
+    order of docs/design.md invariant 6 is kept: the marker is read after ``get_producer``
+    returns, so after this ``init_transactions``. The thread never outlives the block
+    (it is joined on every exit: no ``init_transactions`` of a finished attempt can
+    fence its retry); a producer the block did not use becomes this process's
+    producer of the partition, as if ``get_producer`` had made it. What making it
+    raised is raised by ``get_producer`` only: an unused producer's failure is the
+    next write's to meet. Not re-entrant per partition.
+    """
+    txn_id = config.transactional_id(partition)
+    if txn_id in _AHEAD or (txn_id in _PRODUCERS
+                            and _MARKERS.get(txn_id) == (query_id, batch)):
+        yield
+        return
+    ahead = _Ahead()
+
+    def make() -> None:
+        try:
+            ahead.producer = _new_producer(config, partition)
+        except BaseException as exc:  # raised by get_producer in the task's thread
+            ahead.error = exc
+
+    ahead.thread = threading.Thread(target=make, name=f"dedup-producer-{txn_id}", daemon=True)
+    _AHEAD[txn_id] = ahead
+    ahead.thread.start()
+    try:
+        yield
+    finally:
+        if _AHEAD.get(txn_id) is ahead:
+            del _AHEAD[txn_id]
+            ahead.thread.join()
+            if ahead.producer is not None:
+                _adopt(txn_id, ahead.producer)
+            else:
+                log.debug("a producer made ahead for %s failed, unused: %s", txn_id,
+                          ahead.error)
 
 
 def call_with_deadline(call: Callable[[], None], seconds: float, what: str) -> None:
