@@ -96,7 +96,7 @@ def instance(bound: str, form: str, mutant: str = "", **overrides: object) -> In
                     shards=spec.get("shards", 2),  # type: ignore[arg-type]
                     workers=spec["workers"], crashes=spec["crashes"],  # type: ignore[arg-type]
                     zombies=spec["zombies"], kinds=frozenset(spec["kinds"]),  # type: ignore
-                    mutant=mutant)
+                    mutant=mutant, ahead=spec.get("ahead", True))  # type: ignore[arg-type]
 
 
 @dataclass

@@ -106,6 +106,10 @@ class Instance:
     zombies: int = 1
     kinds: frozenset[str] = frozenset(FAILURE_KINDS)
     mutant: str = ""
+    ahead: bool = True
+    """One pass makes a task's new producer in a thread while it decides
+    (producer_ahead): its init_transactions may come at any step before get_producer's.
+    Off in the conformance replays, which run the task body without it."""
     slots: int = 1
     """Live (non-zombie) tasks the driver runs at once (Spark's cores). Tasks of different
     partitions touch disjoint state (their shards, checkpoints, transactional id, marker)
@@ -184,6 +188,9 @@ class Task(NamedTuple):
     """write_partition's redo_after_fence still available."""
     fp: str
     """The fail-point this task has just reached ('' between them)."""
+    ahead: bool = False
+    """One pass: a new producer of the partition is being made in a thread
+    (sinks/transactions.py producer_ahead) and has not called init_transactions yet."""
 
 
 class Driver(NamedTuple):
@@ -352,28 +359,25 @@ def _task_step(inst: Instance, s: State, t: Task) -> list[Step]:
     t0 = t._replace(fp="")
     s = _with_task(s, t, t0)  # the steps below replace t0 (by identity)
     t = t0
-    m = inst.mutant
+    # producer_ahead's thread may call init_transactions at any step of the task before
+    # get_producer (the task's own step still comes first in the list)
+    early = ([_step_init(inst, s, t0, name, "producer_ahead, in its thread", t0.pc)]
+             if t.ahead and t.pc in ("claim", "ckpt") else [])
     if t.pc == "claim":
-        return [_step_claim(inst, s, t0, name)]
+        return [_step_claim(inst, s, t0, name), *early]
     if t.pc == "ckpt":
-        return [_step_checkpoint(inst, s, t0, name)]
+        return [_step_checkpoint(inst, s, t0, name), *early]
+    if t.ahead and t.pc == "return":
+        # producer_ahead's block ends: its thread is joined before the task returns
+        return [_step_init(inst, s, t0, name, "producer_ahead, joined", t0.pc)]
     if t.pc == "producer":
         prod = s.prods[t.w][t.p]
-        if prod is None:
-            # get_producer: a new producer; init_transactions bumps the epoch of its
-            # transactional id (fencing older ones) and aborts its open transaction
-            if m == "no_fencing":
-                txn_id, nprod = (t.p, s.nprod + 1), s.nprod + 1
-            else:
-                txn_id, nprod = (t.p, 0), s.nprod
-            cur = _txn(s, txn_id)
-            epoch = 0 if cur is None else cur[0] + 1
-            s2 = _put_txn(s, txn_id, epoch, None)._replace(nprod=nprod)
-            s2 = s2._replace(prods=_set(s2.prods, t.w, _set(s2.prods[t.w], t.p,
-                                                            Producer(txn_id, epoch, None))))
-            aborted = " (aborts the open transaction)" if cur and cur[1] else ""
-            return [(f"{name}: init_transactions, epoch {epoch}{aborted} [get_producer]", "step",
-                     _with_task(s2, t, t0._replace(pc="marker")))]
+        if prod is None or t.ahead:
+            # get_producer (or what is left of producer_ahead's thread, whose producer
+            # replaces the cached one)
+            return [_step_init(inst, s, t0, name,
+                               "producer_ahead, awaited" if t.ahead else "get_producer",
+                               "marker")]
         return [_step_marker(inst, s, t0, name, prod)]
     if t.pc == "marker":
         prod = s.prods[t.w][t.p]
@@ -391,6 +395,24 @@ def _task_step(inst: Instance, s: State, t: Task) -> list[Step]:
             return [(f"{name}: returns, the driver counts partition {t.p} done", "step", s2)]
         return [(f"{name}: returns (ignored by the driver)", "step", s2)]
     raise AssertionError(t.pc)
+
+
+def _step_init(inst: Instance, s: State, t: Task, name: str, where: str, pc: str) -> Step:
+    """sinks/transactions.py _new_producer: a new producer of the task's partition, cached
+    in its worker (replacing the one there); init_transactions bumps the epoch of its
+    transactional id (fencing older ones) and aborts its open transaction."""
+    if inst.mutant == "no_fencing":
+        txn_id, nprod = (t.p, s.nprod + 1), s.nprod + 1
+    else:
+        txn_id, nprod = (t.p, 0), s.nprod
+    cur = _txn(s, txn_id)
+    epoch = 0 if cur is None else cur[0] + 1
+    s2 = _put_txn(s, txn_id, epoch, None)._replace(nprod=nprod)
+    s2 = s2._replace(prods=_set(s2.prods, t.w, _set(s2.prods[t.w], t.p,
+                                                    Producer(txn_id, epoch, None))))
+    aborted = " (aborts the open transaction)" if cur and cur[1] else ""
+    return (f"{name}: init_transactions, epoch {epoch}{aborted} [{where}]", "step",
+            _with_task(s2, t, t._replace(pc=pc, ahead=False)))
 
 
 def _step_lease(inst: Instance, s: State, t: Task, name: str) -> Step:
@@ -682,6 +704,11 @@ def _driver_steps(inst: Instance, s: State) -> list[Step]:
                 if w in busy:
                     continue
                 task = Task(d.q, c, p, w, first, False, serial, 0, 0, (), None, True, "")
+                prod = s.prods[w][p]
+                if (inst.form == "one_pass" and inst.ahead and inst.rows(c, p)
+                        and (prod is None or prod.known != (d.q, c))):
+                    # producer_ahead: this worker did not commit the partition's last batch
+                    task = task._replace(ahead=True)
                 s2 = s._replace(tasks=tuple(sorted((*s.tasks, task))))
                 if inst.mutant == "checkpoint_per_attempt":
                     s2 = s2._replace(serials=_set(s.serials, i, serial + 1))
@@ -1031,6 +1058,9 @@ def ample(inst: Instance, s: State, succ: list[Step]) -> int:
       transactions and Spark's commit log as they are and only adds non-negative tokens to
       the records read_uncommitted saw (check 4 is monotone in those), removes no task and
       changes neither the driver nor the lease nor the query records;
+    * no task has a producer ahead (one pass, :class:`Task` ``ahead``): its thread's
+      ``init_transactions`` is a second step of the task, at any point before
+      ``get_producer``, and touches the partition's Kafka objects during its claims;
     * not under the mutants whose branch widens a step's footprint (decisions_gc_early: a
       claim deletes other shards' decisions; no_fencing: init_transactions draws a global
       counter).
@@ -1038,7 +1068,8 @@ def ample(inst: Instance, s: State, succ: list[Step]) -> int:
     The footprint is checked on the step actually produced (:func:`_local`); a step that
     breaks a condition is explored with all the others.
     """
-    if inst.slots != 1 or failures_left(inst, s):
+    if inst.slots != 1 or failures_left(inst, s) or any(t.ahead for t in s.tasks):
+        # a task with a producer ahead has two steps (the list below has one per task)
         return -1
     index0 = len(succ) - len(s.tasks)  # no failure steps: the task steps come last
     for k, u in enumerate(s.tasks):

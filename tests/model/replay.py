@@ -13,7 +13,10 @@ in the real code, on real Redis and Kafka, in the trace's order:
   give: for the sink alone ``ExactlyOnceKafkaStreamWriter.write`` (the data source's
   writer; ``task_identity`` answers for ``TaskContext``), for one pass the body of
   ``DedupKafkaForeachBatch``'s ``mapInArrow`` function (``keep_rows`` then
-  ``write_batches``);
+  ``write_batches``) less ``producer_ahead``, whose thread is no pause point: replayed
+  instances turn the model's producer-ahead step off (``Instance.ahead``), and the
+  hand-over is tested apart (``tests/unit/sinks/test_producer_ahead.py``,
+  ``tests/integration/sinks/test_sink_producer_ahead.py``);
 * every place a model step ends is a *pause point* of the real code, where the task's
   thread stops until the scheduler lets it go on: the code's own fail-points
   (``fail_point``, replaced in this process by one that blocks) and, for the steps
@@ -429,6 +432,7 @@ class Setup:
             from sinks.writer import write_batches
 
             # DedupKafkaForeachBatch.__call__'s mapInArrow function, less TaskContext
+            # and producer_ahead (see the module docstring)
             kept, _ = keep_rows(self.dedup, received, self.columns, query, batch, partition)
             return write_batches(self.sink, self.layout, self.columns, kept, query, batch,
                                  partition, attempt)

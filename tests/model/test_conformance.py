@@ -177,7 +177,8 @@ def scenario_walk(name: str) -> Walk:
     chance = float(failures.pop("inject_chance", 0.3))  # type: ignore[arg-type]
     bound = str(failures.pop("bound", "ci"))
     seeds = failures.pop("seeds", range(2000))
-    return find_walk(instance(bound, form, **failures), want, inject, AVOID,  # type: ignore[arg-type]
+    return find_walk(instance(bound, form, ahead=False, **failures),  # type: ignore[arg-type]
+                     want, inject, AVOID,
                      seeds=seeds, inject_chance=chance)  # type: ignore[arg-type]
 
 
@@ -190,7 +191,7 @@ RANDOM_PER_FORM = 3
 def random_walks(form: str, count: int = RANDOM_PER_FORM, first_seed: int = 100) -> list[Walk]:
     """The first ``count`` walks from ``first_seed`` on with three failures of ``MIXED``
     injected wherever the walk happens to be (deterministic)."""
-    inst = instance("ci", form, **MIXED)  # type: ignore[arg-type]
+    inst = instance("ci", form, ahead=False, **MIXED)  # type: ignore[arg-type]
     found: list[Walk] = []
     seed = first_seed
     while len(found) < count:
