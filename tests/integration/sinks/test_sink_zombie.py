@@ -11,9 +11,9 @@ import sinks.transactions as tx
 from dedup.constants import RECORD_ID_HEADER
 from sinks import SinkConfig
 from sinks.admin import abort_transactions, list_transactions, prepare
-from sinks.kafka_io import consume_all, ensure_topic
-from sinks.records import OutRecord
+from sinks.kafka_io import ensure_topic
 from sinks.transactions import _PRODUCERS, close_clients, drop_producer, write_partition
+from tests.integration.sinks.partition_writes import batch_records, output_ids, prepared_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -24,28 +24,10 @@ def _close_cached_clients() -> Iterator[None]:
     close_clients()  # this test process is the "worker": its cache must not outlive the test
 
 
-def _records(topic: str, batch: int, n: int = 20) -> list[OutRecord]:
-    return [OutRecord(topic, None, f"k{batch}-{i}".encode(), f"v{batch}-{i}".encode(), (),
-                      f"id-{batch}-{i}".encode()) for i in range(n)]
-
-
-def _ids(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[str]:
-    return [(r.header(RECORD_ID_HEADER) or b"").decode()
-            for r in consume_all(bootstrap, topic, isolation)]
-
-
-def _config(bootstrap: str, app_id: str, topic: str) -> SinkConfig:
-    config = SinkConfig(app_id=app_id, bootstrap_servers=bootstrap, topic=topic,
-                        strong_productions=False)
-    prepare(config)
-    ensure_topic(bootstrap, topic, 1)
-    return config
-
-
 def test_older_producer_is_fenced_and_output_is_exact(kafka_bootstrap: str, app_id: str) -> None:
     topic = f"{app_id}-out"
-    config = _config(kafka_bootstrap, app_id, topic)
-    records = _records(topic, 0)
+    config = prepared_config(kafka_bootstrap, app_id, topic)
+    records = batch_records(topic, 0)
     # The zombie: an older task of partition 0 that produced batch 0 but has not committed.
     zombie = Producer(config.producer_settings(0))
     zombie.init_transactions(30)
@@ -61,9 +43,9 @@ def test_older_producer_is_fenced_and_output_is_exact(kafka_bootstrap: str, app_
         zombie.commit_transaction(30)
     assert caught.value.args[0].fatal() or "fenced" in str(caught.value).lower()
 
-    committed = _ids(kafka_bootstrap, topic)
+    committed = output_ids(kafka_bootstrap, topic)
     assert sorted(committed) == sorted(r.record_id.decode() for r in records)  # 0 lost, 0 dup
-    assert len(_ids(kafka_bootstrap, topic, "read_uncommitted")) == 2 * len(records), \
+    assert len(output_ids(kafka_bootstrap, topic, "read_uncommitted")) == 2 * len(records), \
         "the zombie's aborted records must be in the log"
     # A repeat of the same batch is skipped by the marker.
     assert write_partition(config, records, "query-a", 0, 0).skipped
@@ -78,23 +60,23 @@ def test_next_write_fences_a_newer_producer_of_another_worker(kafka_bootstrap: s
     record is produced; the redo's new producer fences the other worker's.
     """
     topic = f"{app_id}-out"
-    config = _config(kafka_bootstrap, app_id, topic)
-    write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    config = prepared_config(kafka_bootstrap, app_id, topic)
+    write_partition(config, batch_records(topic, 0), "query-a", 0, 0)
     cached = _PRODUCERS[config.transactional_id(0)]
     newer = Producer(config.producer_settings(0))  # another worker's producer: fences `cached`
     newer.init_transactions(30)
     newer.begin_transaction()  # ...and it left a transaction open (its worker crashed)
     newer.produce(topic, value=b"zombie", headers=[(RECORD_ID_HEADER, b"zombie")])
     newer.flush(30)
-    result = write_partition(config, _records(topic, 1), "query-a", 1, 0)
+    result = write_partition(config, batch_records(topic, 1), "query-a", 1, 0)
     assert result.produced == 20 and result.attempts == 2
     assert _PRODUCERS[config.transactional_id(0)] is not cached
     with pytest.raises(KafkaException):  # the newer one is now the fenced zombie
         newer.commit_transaction(30)
-    committed = _ids(kafka_bootstrap, topic)
-    expected = [r.record_id.decode() for b in (0, 1) for r in _records(topic, b)]
+    committed = output_ids(kafka_bootstrap, topic)
+    expected = [r.record_id.decode() for b in (0, 1) for r in batch_records(topic, b)]
     assert sorted(committed) == sorted(expected)
-    assert len(_ids(kafka_bootstrap, topic, "read_uncommitted")) == len(expected) + 1, \
+    assert len(output_ids(kafka_bootstrap, topic, "read_uncommitted")) == len(expected) + 1, \
         "the stale producer must not have produced anything before it was fenced"
     # Operator tools: the app's transactional id is listed, and aborting is harmless.
     listed = list_transactions(kafka_bootstrap, app_id)
@@ -102,7 +84,7 @@ def test_next_write_fences_a_newer_producer_of_another_worker(kafka_bootstrap: s
         [(config.transactional_id(0), "query-a", 2)]
     drop_producer(config.transactional_id(0))
     assert abort_transactions(kafka_bootstrap, app_id) == [config.transactional_id(0)]
-    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(expected)
+    assert sorted(output_ids(kafka_bootstrap, topic)) == sorted(expected)
 
 
 def test_fenced_during_the_write_is_redone_once(kafka_bootstrap: str, app_id: str,
@@ -111,7 +93,7 @@ def test_fenced_during_the_write_is_redone_once(kafka_bootstrap: str, app_id: st
     import sinks.transactions as tx
 
     topic = f"{app_id}-out"
-    config = _config(kafka_bootstrap, app_id, topic)
+    config = prepared_config(kafka_bootstrap, app_id, topic)
     original = tx.read_marker
     intruders: list[Producer] = []
 
@@ -125,10 +107,10 @@ def test_fenced_during_the_write_is_redone_once(kafka_bootstrap: str, app_id: st
         return marker
 
     monkeypatch.setattr(tx, "read_marker", read_marker_then_get_fenced)
-    result = write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    result = write_partition(config, batch_records(topic, 0), "query-a", 0, 0)
     assert (result.produced, result.attempts) == (20, 2)
-    assert sorted(_ids(kafka_bootstrap, topic)) == \
-        sorted(r.record_id.decode() for r in _records(topic, 0))
+    assert sorted(output_ids(kafka_bootstrap, topic)) == \
+        sorted(r.record_id.decode() for r in batch_records(topic, 0))
 
 
 def test_crashed_writer_with_pending_marker_does_not_stall_a_cached_producer(
@@ -146,8 +128,8 @@ def test_crashed_writer_with_pending_marker_does_not_stall_a_cached_producer(
     from confluent_kafka import Consumer, TopicPartition
 
     topic = f"{app_id}-out"
-    config = _config(kafka_bootstrap, app_id, topic)
-    write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    config = prepared_config(kafka_bootstrap, app_id, topic)
+    write_partition(config, batch_records(topic, 0), "query-a", 0, 0)
     crashed = Producer({**config.producer_settings(0), "transaction.timeout.ms": 60_000})
     crashed.init_transactions(30)
     crashed.begin_transaction()
@@ -159,13 +141,13 @@ def test_crashed_writer_with_pending_marker_does_not_stall_a_cached_producer(
     crashed.flush(30)
     group.close()
     started = time.monotonic()
-    result = write_partition(config, _records(topic, 1), "query-a", 1, 0)
+    result = write_partition(config, batch_records(topic, 1), "query-a", 1, 0)
     took = time.monotonic() - started
     assert result.produced == 20 and not result.skipped
     assert result.attempts == 2, "the stale producer was not fenced and replaced"
     assert took < 30, f"write took {took:.1f} s"
-    expected = [r.record_id.decode() for b in (0, 1) for r in _records(topic, b)]
-    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(expected)
+    expected = [r.record_id.decode() for b in (0, 1) for r in batch_records(topic, b)]
+    assert sorted(output_ids(kafka_bootstrap, topic)) == sorted(expected)
     with pytest.raises(KafkaException):
         crashed.commit_transaction(30)
 
@@ -188,7 +170,7 @@ def test_a_record_the_broker_rejects_fails_the_whole_partition(
                         strong_productions=False, transaction_retries=2)
     prepare(config)
     ensure_topic(kafka_bootstrap, topic, 1, config={"max.message.bytes": "2048"})
-    records = _records(topic, 0)
+    records = batch_records(topic, 0)
     records[7] = records[7]._replace(value=b"x" * 8192)
     with caplog.at_level(logging.WARNING, logger="sinks.transactions"), \
             pytest.raises(TransactionFailedError, match="aborted 2 times") as caught:
@@ -196,12 +178,12 @@ def test_a_record_the_broker_rejects_fails_the_whole_partition(
     assert caught.value.retriable()
     aborts = [r.getMessage() for r in caplog.records if "aborted transaction" in r.getMessage()]
     assert aborts and "MSG_SIZE_TOO_LARGE" in aborts[0], aborts
-    assert _ids(kafka_bootstrap, topic) == [], "a failed transaction must not be visible"
+    assert output_ids(kafka_bootstrap, topic) == [], "a failed transaction must not be visible"
     # The marker did not move either: a later good write of batch 0 is not skipped.
     good = SinkConfig(app_id=app_id, bootstrap_servers=kafka_bootstrap, topic=f"{app_id}-out",
                       strong_productions=False)
     ensure_topic(kafka_bootstrap, good.topic or "", 1)
-    result = write_partition(good, _records(good.topic or "", 0), "query-a", 0, 0)
+    result = write_partition(good, batch_records(good.topic or "", 0), "query-a", 0, 0)
     assert (result.produced, result.skipped) == (20, False)
 
 
@@ -211,18 +193,18 @@ def test_a_fenced_cached_producer_is_replaced_quietly(kafka_bootstrap: str, app_
     newer one elsewhere is normal operation: it is replaced without librdkafka's
     FATAL lines reaching the user's console."""
     topic = f"{app_id}-out"
-    config = _config(kafka_bootstrap, app_id, topic)
-    write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    config = prepared_config(kafka_bootstrap, app_id, topic)
+    write_partition(config, batch_records(topic, 0), "query-a", 0, 0)
     # Another Python worker takes partition 0 over and writes batch 1.
     other = Producer(config.producer_settings(0))
     other.init_transactions(30)
     capfd.readouterr()
     # Batch 2 lands back on this worker, whose cached producer is now fenced.
-    result = write_partition(config, _records(topic, 2), "query-a", 2, 0)
+    result = write_partition(config, batch_records(topic, 2), "query-a", 2, 0)
     assert (result.produced, result.skipped) == (20, False)
     console = capfd.readouterr().err
     assert "FATAL" not in console, console
-    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(
+    assert sorted(output_ids(kafka_bootstrap, topic)) == sorted(
         [f"id-0-{i}" for i in range(20)] + [f"id-2-{i}" for i in range(20)])
 
 
@@ -232,15 +214,15 @@ def test_a_live_cached_producer_writes_its_next_batch_without_reading_the_marker
     other writer of it fences the cached producer first: while the producer is live, the
     marker is what its own last commit left, so the next write need not read it."""
     topic = f"{app_id}-out"
-    config = _config(kafka_bootstrap, app_id, topic)
-    first = write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    config = prepared_config(kafka_bootstrap, app_id, topic)
+    first = write_partition(config, batch_records(topic, 0), "query-a", 0, 0)
     assert "marker" in first.phases  # a new producer reads the marker
-    second = write_partition(config, _records(topic, 1), "query-a", 1, 0)
+    second = write_partition(config, batch_records(topic, 1), "query-a", 1, 0)
     assert (second.produced, second.skipped) == (20, False)
     assert "marker" not in second.phases, second.phases
     # A repeat of the batch it committed is still skipped, from what it knows.
-    assert write_partition(config, _records(topic, 1), "query-a", 1, 0).skipped
-    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(
+    assert write_partition(config, batch_records(topic, 1), "query-a", 1, 0).skipped
+    assert sorted(output_ids(kafka_bootstrap, topic)) == sorted(
         [f"id-0-{i}" for i in range(20)] + [f"id-1-{i}" for i in range(20)])
 
 
@@ -251,20 +233,20 @@ def test_a_stale_cached_producer_retrying_a_batch_another_worker_committed_skips
     call of its transaction reports the fence before anything is produced, and the
     redo reads the marker and skips. Nothing is written twice."""
     topic = f"{app_id}-out"
-    config = _config(kafka_bootstrap, app_id, topic)
+    config = prepared_config(kafka_bootstrap, app_id, topic)
     txn_id = config.transactional_id(0)
-    write_partition(config, _records(topic, 0), "query-a", 0, 0)
+    write_partition(config, batch_records(topic, 0), "query-a", 0, 0)
     stale = _PRODUCERS.pop(txn_id)  # this worker's producer, set aside
     known = dict(tx._MARKERS)
     # Another Python worker writes batch 1 (its own producer fences `stale`).
-    assert write_partition(config, _records(topic, 1), "query-a", 1, 0).produced == 20
+    assert write_partition(config, batch_records(topic, 1), "query-a", 1, 0).produced == 20
     drop_producer(txn_id)
     # Spark re-runs batch 1 on this worker, whose cached producer is the stale one.
     _PRODUCERS[txn_id] = stale
     tx._MARKERS.update(known)
-    retry = write_partition(config, _records(topic, 1), "query-a", 1, 0)
+    retry = write_partition(config, batch_records(topic, 1), "query-a", 1, 0)
     assert retry.skipped and retry.produced == 0
-    assert sorted(_ids(kafka_bootstrap, topic)) == sorted(
+    assert sorted(output_ids(kafka_bootstrap, topic)) == sorted(
         [f"id-0-{i}" for i in range(20)] + [f"id-1-{i}" for i in range(20)])
-    assert len(_ids(kafka_bootstrap, topic, "read_uncommitted")) == 40, \
+    assert len(output_ids(kafka_bootstrap, topic, "read_uncommitted")) == 40, \
         "the stale producer produced before its fence was reported"
