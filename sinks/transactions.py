@@ -183,13 +183,29 @@ def drop_producer(transactional_id: str) -> None:
 
 
 class _Ahead:
-    """A producer being made in a thread (:func:`producer_ahead`): the producer, or what
-    making it raised, once ``thread`` has ended."""
+    """A producer being made in a thread of its own (:func:`producer_ahead`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: SinkConfig, partition: int) -> None:
         self.producer: Producer | None = None
         self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
+        self.thread = threading.Thread(
+            target=self._make, args=(config, partition),
+            name=f"dedup-producer-{config.transactional_id(partition)}", daemon=True)
+        self.thread.start()
+
+    def _make(self, config: SinkConfig, partition: int) -> None:
+        try:
+            self.producer = _new_producer(config, partition)
+        except BaseException as exc:  # raised by result() in the task's thread
+            self.error = exc
+
+    def result(self) -> Producer:
+        """Wait for the thread: the producer, or raise what making it raised."""
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.producer is not None
+        return self.producer
 
 
 _AHEAD: dict[str, _Ahead] = {}  # at most one per transactional id, only within producer_ahead
@@ -225,13 +241,9 @@ def get_producer(config: SinkConfig, partition: int) -> tuple[Producer, bool]:
     txn_id = config.transactional_id(partition)
     ahead = _AHEAD.pop(txn_id, None)
     if ahead is not None:
-        assert ahead.thread is not None
-        ahead.thread.join()
-        if ahead.error is not None:
-            raise ahead.error
-        assert ahead.producer is not None
-        _adopt(txn_id, ahead.producer)
-        return ahead.producer, True
+        made = ahead.result()
+        _adopt(txn_id, made)
+        return made, True
     producer = _PRODUCERS.get(txn_id)
     if producer is not None:
         return producer, False
@@ -276,17 +288,7 @@ def producer_ahead(config: SinkConfig, partition: int, query_id: str,
                             and _MARKERS.get(txn_id) == (query_id, batch)):
         yield
         return
-    ahead = _Ahead()
-
-    def make() -> None:
-        try:
-            ahead.producer = _new_producer(config, partition)
-        except BaseException as exc:  # raised by get_producer in the task's thread
-            ahead.error = exc
-
-    ahead.thread = threading.Thread(target=make, name=f"dedup-producer-{txn_id}", daemon=True)
-    _AHEAD[txn_id] = ahead
-    ahead.thread.start()
+    ahead = _AHEAD[txn_id] = _Ahead(config, partition)
     try:
         yield
     finally:
