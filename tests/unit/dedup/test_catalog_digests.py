@@ -23,6 +23,20 @@ def test_an_id_digest_is_blake2b_128_of_its_utf8_text() -> None:
     ]
 
 
+def test_ids_given_as_text_bytes_or_both_in_any_container_get_the_same_digests() -> None:
+    import hashlib
+
+    ids = [f"id-{i}-é" for i in range(300)]
+    pinned = [hashlib.blake2b(i.encode(), digest_size=16).digest() for i in ids]
+    assert id_digests(ids) == pinned
+    assert id_digests(np.array(ids, dtype=object)) == pinned
+    assert id_digests([i.encode() for i in ids]) == pinned
+    # a bytes ID after text ones: the digests of the text ones are not kept twice
+    mixed = [*ids[:150], *(i.encode() for i in ids[150:])]
+    assert id_digests(mixed) == pinned
+    assert id_digests([]) == []
+
+
 def test_digests_split_back_from_a_reply() -> None:
     digests = id_digests([f"id{i}" for i in range(50)])
     assert split_digests(b"".join(digests)) == digests
