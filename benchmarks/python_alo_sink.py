@@ -90,18 +90,16 @@ def produce_at_least_once(config: SinkConfig, layout: InputLayout, arrow: list[A
         if error is not None:
             failures.append(error)
 
-    for record in records + dead:
-        headers: list[tuple[str, str | bytes | None]] = [
-            *record.headers, (RECORD_ID_HEADER, record.record_id)]
+    produce = producer.produce
+    for topic, part, key, value, own, record_id in records + dead:  # as the sink's loop
+        headers: list[tuple[str, str | bytes | None]] = (
+            [*own, (RECORD_ID_HEADER, record_id)] if own else [(RECORD_ID_HEADER, record_id)])
         while True:
             try:
-                if record.partition is None:
-                    producer.produce(record.topic, record.value, record.key,
-                                     headers=headers, on_delivery=delivered)
+                if part is None:
+                    produce(topic, value, key, headers=headers, on_delivery=delivered)
                 else:
-                    producer.produce(record.topic, record.value, record.key,
-                                     record.partition, headers=headers,
-                                     on_delivery=delivered)
+                    produce(topic, value, key, part, headers=headers, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.05)
