@@ -249,9 +249,8 @@ def to_records(batches: Iterable[Any], config: SinkConfig, layout: InputLayout,
     for batch in batches:
         values = _column(batch, "value", True)
         keys = _column(batch, "key", layout.has_key)
-        topics = ([t.decode() if t is not None else None
-                   for t in _column(batch, "topic", True)] if layout.has_topic
-                  else [None] * batch.num_rows)
+        topics = [t.decode() if t is not None else None
+                  for t in _column(batch, "topic", layout.has_topic)]
         parts = _column(batch, "partition", layout.has_partition)
         headers = _column(batch, "headers", layout.has_headers)
         ids = _column(batch, config.record_id_column, layout.has_record_id)
